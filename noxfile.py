@@ -1,0 +1,107 @@
+"""nox sessions of vllm-patchbench; `nox -l` lists them, one per pinned vLLM version where it
+applies. Tooling sessions run in the current environment (`pip install -e .` first); sessions
+that import vLLM or torch build their own cached virtualenvs."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).parent))
+from verify.versions import PINNED  # noqa: E402
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+ROOT = Path(__file__).parent
+
+
+def _cpu_torch() -> str:
+    """A CPU build of torch when a local wheel has one (the CUDA build from PyPI is ~2 GB)."""
+    for folder in filter(None, os.environ.get("PIP_FIND_LINKS", "/opt/wheels").split()):
+        if glob.glob(os.path.join(folder, "torch-*+cpu-*.whl")):
+            return "torch==2.13.0+cpu"
+    return "torch"
+
+
+def _tool(session: nox.Session, *args: str) -> None:
+    session.run(sys.executable, "-m", "verify", *args, external=True)
+
+
+def _per_version(name: str, help_text: str, **kwargs):
+    """Register `name-<version>` for every pinned version."""
+
+    def register(func):
+        for version in PINNED:
+
+            def session_func(session: nox.Session, _v: str = version) -> None:
+                func(session, _v)
+
+            session_func.__doc__ = f"{help_text} (vLLM {version})"
+            nox.session(name=f"{name}-{version}", **kwargs)(session_func)
+        return func
+
+    return register
+
+
+@_per_version("apply", "pristine source -> build tree -> series applied", venv_backend="none")
+def apply(session: nox.Session, version: str) -> None:
+    _tool(session, "apply", version, *session.posargs)
+
+
+@_per_version("check", "fail if patches/<v>/ is not exactly the build tree's export",
+              venv_backend="none")  # fmt: skip
+def check(session: nox.Session, version: str) -> None:
+    _tool(session, "check", version, *session.posargs)
+
+
+@_per_version("export", "regenerate patches/<v>/ from the build tree's commits",
+              venv_backend="none")  # fmt: skip
+def export(session: nox.Session, version: str) -> None:
+    _tool(session, "export", version)
+    session.notify(f"check-{version}")
+
+
+@_per_version("equivalence", "pristine vs patched equivalence tests on this CPU")
+def equivalence(session: nox.Session, version: str) -> None:
+    _tool(session, "apply", version)
+    requirements = ROOT / "build" / version / "requirements" / "common.txt"
+    session.install(_cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
+    session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
+    session.install("--no-deps", "-e", ".")
+    session.env["PATCHBENCH_PIN"] = version
+    session.run(
+        "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q", *session.posargs
+    )  # fmt: skip
+
+
+def _torch_pin_file(session: nox.Session) -> Path:
+    """A constraints file that keeps the torch installed by `_cpu_torch`."""
+    out = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    path = Path(session.virtualenv.location) / "torch-constraint.txt"
+    path.write_text(f"torch=={out.strip().splitlines()[-1]}\n")
+    return path
+
+
+@nox.session(venv_backend="none")
+def status(session: nox.Session) -> None:
+    """Table: every patch x every pinned version (needed / upstream / obsolete / conflicts)."""
+    _tool(session, "status", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The project's own pytest suite (tooling; slow tests use the real vLLM sdist)."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "pytest", "tests", "--ignore=tests/equivalence", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check + format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")

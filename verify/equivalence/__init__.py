@@ -1,0 +1,1 @@
+"""Equivalence testing support: pristine and patched vLLM import roots side by side."""

@@ -1,0 +1,14 @@
+"""Errors that the CLI reports as one clear message (no traceback)."""
+
+
+class PatchbenchError(Exception):
+    """A user-facing failure: the message says what went wrong and what to do."""
+
+
+class ApplyError(PatchbenchError):
+    """A patch of the series did not apply; the build tree was left at the last good commit."""
+
+    def __init__(self, message: str, patch: str, files: list[str]):
+        super().__init__(message)
+        self.patch = patch
+        self.files = files

@@ -1,0 +1,171 @@
+"""Pristine vLLM sources: the release's sdist from the package index, hash-checked and cached.
+
+The index is read through its PEP 691 JSON simple API (`pip download` of the sdist would try
+to build metadata and need torch). Environment:
+
+- ``PATCHBENCH_INDEX_URL``: simple index base (default ``https://pypi.org/simple``).
+- ``PATCHBENCH_CACHE_DIR``: cache root (default ``~/.cache/vllm-patchbench``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify.errors import PatchbenchError
+from verify.progress import Progress, say
+
+PACKAGE = "vllm"
+DEFAULT_INDEX = "https://pypi.org/simple"
+JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
+TIMEOUT_S = 60
+
+
+def index_url() -> str:
+    return os.environ.get("PATCHBENCH_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PATCHBENCH_CACHE_DIR") or Path.home() / ".cache" / "vllm-patchbench"
+    return Path(root)
+
+
+@dataclass(frozen=True)
+class SdistInfo:
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+
+
+def sdist_filename(version: str) -> str:
+    return f"{PACKAGE}-{version}.tar.gz"
+
+
+def lookup(version: str, index: str | None = None) -> SdistInfo:
+    """Find the sdist of `version` in the index. Raises PatchbenchError if it is not published,
+    and ``urllib.error.URLError``/``OSError`` if the index cannot be reached."""
+    base = f"{(index or index_url()).rstrip('/')}/{PACKAGE}/"
+    request = urllib.request.Request(base, headers={"Accept": JSON_ACCEPT})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        payload = json.load(response)
+    wanted = sdist_filename(version)
+    names = []
+    for entry in payload.get("files", []):
+        names.append(entry.get("filename", ""))
+        if entry.get("filename") == wanted:
+            digest = entry.get("hashes", {}).get("sha256")
+            if not digest:
+                raise PatchbenchError(f"the index lists {wanted} without a sha256 hash")
+            if entry.get("yanked"):
+                say(f"warning: {wanted} is yanked on the index")
+            return SdistInfo(
+                version, wanted, urllib.parse.urljoin(base, entry["url"]), digest, entry.get("size")
+            )
+    published = sorted(
+        {n[len(PACKAGE) + 1 : -len(".tar.gz")] for n in names if n.endswith(".tar.gz")}
+    )
+    near = ", ".join(published[-5:]) if published else "none"
+    raise PatchbenchError(
+        f"vLLM {version} has no sdist ({wanted}) on {base}; is it published? "
+        f"newest sdists there: {near}"
+    )
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(info: SdistInfo, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{info.filename}.", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(info.url, timeout=TIMEOUT_S) as r:
+            total = info.size or int(r.headers.get("Content-Length") or 0) or None
+            progress = Progress(f"download {info.filename}", total, unit="B")
+            for block in iter(lambda: r.read(1 << 20), b""):
+                out.write(block)
+                progress.update(len(block))
+            progress.finish()
+        actual = sha256_of(tmp)
+        if actual != info.sha256:
+            raise PatchbenchError(
+                f"sha256 mismatch for {info.filename}: the index says {info.sha256}, "
+                f"the download is {actual}; the download was discarded, nothing was changed"
+            )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def fetch(version: str, index: str | None = None) -> Path:
+    """Return the path of the verified sdist of `version`, downloading it if not cached.
+
+    The cache keeps ``vllm-X.tar.gz`` beside ``vllm-X.tar.gz.sha256`` (the index's hash at
+    download time), so a cached sdist is re-verified even when the index is unreachable.
+    """
+    target = cache_dir() / "sdists" / sdist_filename(version)
+    recorded = target.with_name(target.name + ".sha256")
+    try:
+        info = lookup(version, index)
+    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+        if target.exists() and recorded.exists():
+            expected = recorded.read_text().strip()
+            if sha256_of(target) != expected:
+                raise PatchbenchError(
+                    f"cached {target} does not match its recorded sha256 and the index is "
+                    f"unreachable ({exc}); delete it and retry with network access"
+                ) from exc
+            say(f"index unreachable ({exc}); using cached {target.name} (sha256 verified)")
+            return target
+        raise PatchbenchError(
+            f"cannot reach the package index {index or index_url()} ({exc}) and no cached "
+            f"sdist at {target}; connect once, or set PATCHBENCH_CACHE_DIR to a cache holding it"
+        ) from exc
+    if target.exists() and sha256_of(target) == info.sha256:
+        recorded.write_text(info.sha256 + "\n")
+        return target
+    if target.exists():
+        say(f"cached {target.name} does not match the index hash; downloading again")
+    _download(info, target)
+    recorded.write_text(info.sha256 + "\n")
+    return target
+
+
+def unpack(tarball: Path, dest: Path) -> Path:
+    """Unpack `tarball` into the new directory `dest`, dropping the top-level `vllm-X/` folder."""
+    if dest.exists():
+        raise PatchbenchError(f"refusing to unpack into existing {dest}")
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        with tarfile.open(tarball, "r:gz") as archive:
+            members = archive.getmembers()
+            tops = {m.name.split("/", 1)[0] for m in members}
+            if len(tops) != 1:
+                raise PatchbenchError(f"{tarball.name}: expected one top-level folder, got {tops}")
+            progress = Progress(f"unpack {tarball.name}", len(members), unit=" files")
+            for member in members:
+                archive.extract(member, staging, filter="data")
+                progress.update()
+            progress.finish()
+        os.replace(staging / tops.pop(), dest)
+    except tarfile.TarError as exc:
+        raise PatchbenchError(f"{tarball} is not a readable sdist: {exc}") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest

@@ -1,0 +1,174 @@
+"""Patch series: `patches/<version>/series` plus `NNNN-name.patch` files, and their metadata.
+
+Each patch's commit message ends with trailers the tool validates::
+
+    Upstream: https://github.com/vllm-project/vllm/pull/NNNNN   (or: none)
+    Status: proposed | local | merged-in X.Y.Z
+    Verify: what proves it (tests in this repo, upstream tests in the build tree)
+    Drop-when: when the patch can be removed
+    Obsolete-in: X.Y.Z   (optional: first release that solved it differently upstream)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verify.errors import PatchbenchError
+
+REQUIRED_TRAILERS = ("Upstream", "Status", "Verify", "Drop-when")
+OPTIONAL_TRAILERS = ("Obsolete-in",)
+_VERSION = r"\d+\.\d+\.\d+"
+_STATUS = re.compile(rf"^(proposed|local|merged-in ({_VERSION}))$")
+_UPSTREAM = re.compile(r"^(none|https?://\S+)$")
+_TRAILER = re.compile(r"^([A-Za-z][A-Za-z-]*):\s?(.*)$")
+_DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+
+PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch file of a series and its validated metadata."""
+
+    name: str
+    path: Path
+    subject: str
+    body: str
+    trailers: dict[str, str]
+    files: tuple[str, ...] = field(default=())
+
+    @property
+    def status(self) -> str:
+        return self.trailers["Status"]
+
+    @property
+    def merged_in(self) -> str | None:
+        match = _STATUS.match(self.status)
+        return match.group(2) if match else None
+
+    @property
+    def obsolete_in(self) -> str | None:
+        return self.trailers.get("Obsolete-in")
+
+    @property
+    def upstream(self) -> str:
+        return self.trailers["Upstream"]
+
+
+def _split_message(text: str, name: str) -> tuple[str, str]:
+    """Return (subject, message body) of a `git format-patch` file."""
+    lines = text.split("\n")
+    if not lines or not lines[0].startswith("From "):
+        raise PatchbenchError(f"{name}: not a git format-patch file (no 'From ' mbox line)")
+    subject: list[str] = []
+    i = 1
+    in_subject = False
+    while i < len(lines) and lines[i] != "":
+        line = lines[i]
+        if line.startswith("Subject: "):
+            subject, in_subject = [line[len("Subject: ") :]], True
+        elif in_subject and line.startswith((" ", "\t")):
+            subject.append(line.strip())
+        else:
+            in_subject = False
+        i += 1
+    if not subject:
+        raise PatchbenchError(f"{name}: no Subject header")
+    try:
+        end = lines.index("---", i)
+    except ValueError as exc:
+        raise PatchbenchError(f"{name}: corrupt patch, no '---' line before the diff") from exc
+    body = "\n".join(lines[i + 1 : end]).strip("\n")
+    return " ".join(subject), body
+
+
+def parse_trailers(body: str) -> dict[str, str]:
+    """Trailers of the last paragraph of `body` (every line `Key: value`)."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
+    if not paragraphs:
+        return {}
+    trailers: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        match = _TRAILER.match(line.strip())
+        if not match:
+            return {}
+        trailers[match.group(1)] = match.group(2).strip()
+    return trailers
+
+
+def validate_trailers(name: str, trailers: dict[str, str]) -> None:
+    missing = [key for key in REQUIRED_TRAILERS if not trailers.get(key)]
+    if missing:
+        raise PatchbenchError(
+            f"{name}: missing metadata trailer(s) {', '.join(missing)}; the commit message must "
+            f"end with a paragraph of {', '.join(k + ':' for k in REQUIRED_TRAILERS)}"
+        )
+    if not _STATUS.match(trailers["Status"]):
+        raise PatchbenchError(
+            f"{name}: malformed 'Status: {trailers['Status']}' "
+            "(expected proposed, local or merged-in X.Y.Z)"
+        )
+    if not _UPSTREAM.match(trailers["Upstream"]):
+        raise PatchbenchError(
+            f"{name}: malformed 'Upstream: {trailers['Upstream']}' (expected a URL or none)"
+        )
+    obsolete = trailers.get("Obsolete-in")
+    if obsolete is not None and not re.fullmatch(_VERSION, obsolete):
+        raise PatchbenchError(f"{name}: malformed 'Obsolete-in: {obsolete}' (expected X.Y.Z)")
+
+
+def parse_patch(path: Path) -> Patch:
+    """Read and validate one patch file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise PatchbenchError(f"patch file {path} does not exist") from exc
+    except UnicodeDecodeError as exc:
+        raise PatchbenchError(f"{path.name}: corrupt patch (not UTF-8 text)") from exc
+    subject, body = _split_message(text, path.name)
+    files = tuple(dict.fromkeys(m.group(2) for m in _DIFF.finditer(text)))
+    if not files:
+        raise PatchbenchError(f"{path.name}: corrupt patch (no 'diff --git' section)")
+    trailers = parse_trailers(body)
+    validate_trailers(path.name, trailers)
+    return Patch(path.name, path, subject, body, trailers, files)
+
+
+def series_dir(version: str, root: Path | None = None) -> Path:
+    return (root or PATCHES_DIR) / version
+
+
+def read_series(version: str, root: Path | None = None) -> list[Patch]:
+    """The ordered, validated patches of `patches/<version>/` (empty if there is no series)."""
+    directory = series_dir(version, root)
+    manifest = directory / "series"
+    if not manifest.exists():
+        return []
+    names = [
+        line.strip()
+        for line in manifest.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    patches = []
+    for name in names:
+        path = directory / name
+        if not path.exists():
+            raise PatchbenchError(
+                f"{manifest} names {name}, which does not exist in {directory}; "
+                "fix the series file or run the export session"
+            )
+        patches.append(parse_patch(path))
+    listed = set(names)
+    strays = sorted(p.name for p in directory.glob("*.patch") if p.name not in listed)
+    if strays:
+        raise PatchbenchError(
+            f"{directory} has patch files the series does not list: {', '.join(strays)}"
+        )
+    return patches
+
+
+def write_series(directory: Path, names: list[str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "series").write_text("".join(f"{name}\n" for name in names))
