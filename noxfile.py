@@ -73,8 +73,10 @@ def equivalence(session: nox.Session, version: str) -> None:
     session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
     session.install("--no-deps", "-e", ".")
     session.env["PATCHBENCH_PIN"] = version
+    # exit 5 = no test covers this pin yet: not a failure of the pin, said in the output
     session.run(
-        "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q", *session.posargs
+        "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q", *session.posargs,
+        success_codes=[0, 5],
     )  # fmt: skip
 
 

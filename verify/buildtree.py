@@ -39,7 +39,6 @@ _CONFIG_OVERRIDES = [
     "-c", "diff.noprefix=false",
     "-c", "diff.mnemonicPrefix=false",
     "-c", "diff.relative=false",
-    "-c", "diff.orderFile=",
     "-c", "core.quotePath=true",
     "-c", "i18n.logOutputEncoding=UTF-8",
 ]  # fmt: skip
@@ -66,6 +65,7 @@ FORMAT_PATCH_OPTS = [
     "--inter-hunk-context=0",
     "--src-prefix=a/",
     "--dst-prefix=b/",
+    "-O/dev/null",
 ]
 AM_OPTS = ["--keep", "--3way", "--committer-date-is-author-date", "--whitespace=nowarn"]
 
@@ -259,13 +259,17 @@ class BuildTree:
             self.git("am", *AM_OPTS, str(patch.path))
         except git.GitCommandError as exc:
             output = f"{exc.stdout or ''}\n{exc.stderr or ''}"
-            files, where = _failure_details(output, patch)
             try:
                 self.git("am", "--abort")
             except git.GitCommandError:
                 pass
             self.git("reset", "--hard", "-q", "HEAD")
             self.git("clean", "-fdq")
+            try:  # a plain apply check names the failing file and hunk precisely
+                self.git("apply", "--check", str(patch.path))
+            except git.GitCommandError as check:
+                output += f"\n{check.stderr or ''}"
+            files, where = _failure_details(output, patch)
             last = self.git("log", "-1", "--format=%s", "HEAD")
             raise ApplyError(
                 f"{patch.name} does not apply to vLLM {self.version}: {where}. "

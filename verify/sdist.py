@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -73,7 +74,8 @@ def lookup(version: str, index: str | None = None) -> SdistInfo:
                 version, wanted, urllib.parse.urljoin(base, entry["url"]), digest, entry.get("size")
             )
     published = sorted(
-        {n[len(PACKAGE) + 1 : -len(".tar.gz")] for n in names if n.endswith(".tar.gz")}
+        {n[len(PACKAGE) + 1 : -len(".tar.gz")] for n in names if n.endswith(".tar.gz")},
+        key=lambda v: [int(x) for x in re.findall(r"\d+", v)],
     )
     near = ", ".join(published[-5:]) if published else "none"
     raise PatchbenchError(

@@ -76,10 +76,16 @@ def _split_message(text: str, name: str) -> tuple[str, str]:
         i += 1
     if not subject:
         raise PatchbenchError(f"{name}: no Subject header")
-    try:
-        end = lines.index("---", i)
-    except ValueError as exc:
-        raise PatchbenchError(f"{name}: corrupt patch, no '---' line before the diff") from exc
+    end = next(
+        (
+            j
+            for j in range(i, len(lines))
+            if lines[j] in ("---",) or lines[j].startswith("diff --git")
+        ),
+        None,
+    )
+    if end is None:
+        raise PatchbenchError(f"{name}: corrupt patch (no diff after the commit message)")
     body = "\n".join(lines[i + 1 : end]).strip("\n")
     return " ".join(subject), body
 

@@ -1,0 +1,103 @@
+"""Series manifests and patch metadata trailers."""
+
+from __future__ import annotations
+
+import pytest
+
+from verify.errors import PatchbenchError
+from verify.series import parse_patch, read_series, write_series
+
+DIFF = """diff --git a/vllm/x.py b/vllm/x.py
+index 1111111111111111111111111111111111111111..2222222222222222222222222222222222222222 100644
+--- a/vllm/x.py
++++ b/vllm/x.py
+@@ -1 +1 @@
+-a = 1
++a = 2
+"""
+
+
+def _patch(tmp_path, name="0001-x.patch", trailers=None, subject="[Perf] Faster x"):
+    trailers = (
+        trailers
+        if trailers is not None
+        else {
+            "Upstream": "https://github.com/vllm-project/vllm/pull/1",
+            "Status": "merged-in 0.17.0",
+            "Verify": "tests/equivalence/test_x.py",
+            "Drop-when": "rebased onto >= 0.17.0",
+        }
+    )
+    block = "\n".join(f"{k}: {v}" for k, v in trailers.items())
+    text = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: a <a@b>\nDate: Mon, 23 Nov 2026 00:00:00 +0000\n"
+        f"Subject: {subject}\n\nWhy: because.\n\n{block}\n{DIFF}"
+    )
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_parse_valid_patch(tmp_path):
+    patch = parse_patch(_patch(tmp_path))
+    assert patch.subject == "[Perf] Faster x"
+    assert patch.merged_in == "0.17.0"
+    assert patch.files == ("vllm/x.py",)
+    assert patch.upstream.endswith("/pull/1")
+
+
+@pytest.mark.parametrize("missing", ["Upstream", "Status", "Verify", "Drop-when"])
+def test_missing_trailer_names_patch_and_key(tmp_path, missing):
+    trailers = {
+        "Upstream": "none", "Status": "local", "Verify": "x", "Drop-when": "y",
+    }  # fmt: skip
+    del trailers[missing]
+    with pytest.raises(PatchbenchError, match=f"0001-x.patch: missing .*{missing}"):
+        parse_patch(_patch(tmp_path, trailers=trailers))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("Status", "merged", "malformed 'Status"),
+        ("Status", "merged-in 0.17", "malformed 'Status"),
+        ("Upstream", "PR 123", "malformed 'Upstream"),
+        ("Obsolete-in", "soon", "malformed 'Obsolete-in"),
+    ],
+)
+def test_malformed_trailer(tmp_path, key, value, message):
+    trailers = {"Upstream": "none", "Status": "proposed", "Verify": "x", "Drop-when": "y"}
+    trailers[key] = value
+    with pytest.raises(PatchbenchError, match=message):
+        parse_patch(_patch(tmp_path, trailers=trailers))
+
+
+def test_not_a_patch(tmp_path):
+    path = tmp_path / "0001-x.patch"
+    path.write_text("hello\n")
+    with pytest.raises(PatchbenchError, match="not a git format-patch file"):
+        parse_patch(path)
+
+
+def test_binary_garbage(tmp_path):
+    path = tmp_path / "0001-x.patch"
+    path.write_bytes(b"From \xff\xfe\x00garbage")
+    with pytest.raises(PatchbenchError, match="not UTF-8"):
+        parse_patch(path)
+
+
+def test_series_order_comments_and_missing_file(tmp_path):
+    directory = tmp_path / "1.0.0"
+    directory.mkdir()
+    _patch(directory, "0001-a.patch")
+    _patch(directory, "0002-b.patch")
+    (directory / "series").write_text("# comment\n0002-b.patch\n\n0001-a.patch\n")
+    assert [p.name for p in read_series("1.0.0", tmp_path)] == ["0002-b.patch", "0001-a.patch"]
+    write_series(directory, ["0001-a.patch", "0003-c.patch"])
+    with pytest.raises(PatchbenchError, match="names 0003-c.patch, which does not exist"):
+        read_series("1.0.0", tmp_path)
+
+
+def test_no_series_is_empty(tmp_path):
+    assert read_series("1.0.0", tmp_path) == []
