@@ -94,7 +94,7 @@ def test_fetch_downloads_verifies_and_caches(index):
 
 def test_unknown_version_is_a_clear_error(index):
     index.add(make_sdist(index.directory, "1.2.3"))
-    expected = "vLLM 9.9.9 has no sdist .*newest sdists there: 1.2.3"
+    expected = "vllm 9.9.9 has no vllm-9.9.9.tar.gz .*newest versions .*: 1.2.3"
     with pytest.raises(PatchbenchError, match=expected):
         sdist.fetch("9.9.9")
 
@@ -108,7 +108,7 @@ def test_hash_mismatch_discards_the_download(index):
 
 def test_no_network_and_no_cache(index, monkeypatch):
     monkeypatch.setenv("PATCHBENCH_INDEX_URL", _closed_port_url())
-    with pytest.raises(PatchbenchError, match="cannot reach the package index .* no cached sdist"):
+    with pytest.raises(PatchbenchError, match="cannot reach the package index .* no cached file"):
         sdist.fetch("1.2.3")
 
 

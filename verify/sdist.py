@@ -56,11 +56,15 @@ def sdist_filename(version: str) -> str:
 def lookup(version: str, index: str | None = None) -> SdistInfo:
     """Find the sdist of `version` in the index. Raises PatchbenchError if it is not published,
     and ``urllib.error.URLError``/``OSError`` if the index cannot be reached."""
-    base = f"{(index or index_url()).rstrip('/')}/{PACKAGE}/"
+    return lookup_file(PACKAGE, sdist_filename(version), version, index)
+
+
+def lookup_file(project: str, wanted: str, version: str, index: str | None = None) -> SdistInfo:
+    """Find the distribution file `wanted` of `project` (an sdist or a wheel) in the index."""
+    base = f"{(index or index_url()).rstrip('/')}/{project}/"
     request = urllib.request.Request(base, headers={"Accept": JSON_ACCEPT})
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
         payload = json.load(response)
-    wanted = sdist_filename(version)
     names = []
     for entry in payload.get("files", []):
         names.append(entry.get("filename", ""))
@@ -73,14 +77,15 @@ def lookup(version: str, index: str | None = None) -> SdistInfo:
             return SdistInfo(
                 version, wanted, urllib.parse.urljoin(base, entry["url"]), digest, entry.get("size")
             )
+    suffix = wanted[len(project) + 1 + len(version) :]
     published = sorted(
-        {n[len(PACKAGE) + 1 : -len(".tar.gz")] for n in names if n.endswith(".tar.gz")},
+        {n.split("-")[1] for n in names if n.endswith(suffix) and n.count("-") >= 1},
         key=lambda v: [int(x) for x in re.findall(r"\d+", v)],
     )
     near = ", ".join(published[-5:]) if published else "none"
     raise PatchbenchError(
-        f"vLLM {version} has no sdist ({wanted}) on {base}; is it published? "
-        f"newest sdists there: {near}"
+        f"{project} {version} has no {wanted} on {base}; is it published? "
+        f"newest versions with such a file there: {near}"
     )
 
 
@@ -116,15 +121,22 @@ def _download(info: SdistInfo, dest: Path) -> None:
 
 
 def fetch(version: str, index: str | None = None) -> Path:
-    """Return the path of the verified sdist of `version`, downloading it if not cached.
+    """Return the path of the verified sdist of `version`, downloading it if not cached."""
+    return fetch_file(PACKAGE, sdist_filename(version), version, "sdists", index)
 
-    The cache keeps ``vllm-X.tar.gz`` beside ``vllm-X.tar.gz.sha256`` (the index's hash at
-    download time), so a cached sdist is re-verified even when the index is unreachable.
+
+def fetch_file(
+    project: str, filename: str, version: str, subdir: str, index: str | None = None
+) -> Path:
+    """Return the verified, cached distribution file `filename` of `project`.
+
+    The cache keeps ``FILE`` beside ``FILE.sha256`` (the index's hash at download time), so a
+    cached file is re-verified even when the index is unreachable.
     """
-    target = cache_dir() / "sdists" / sdist_filename(version)
+    target = cache_dir() / subdir / filename
     recorded = target.with_name(target.name + ".sha256")
     try:
-        info = lookup(version, index)
+        info = lookup_file(project, filename, version, index)
     except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
         if target.exists() and recorded.exists():
             expected = recorded.read_text().strip()
@@ -137,7 +149,7 @@ def fetch(version: str, index: str | None = None) -> Path:
             return target
         raise PatchbenchError(
             f"cannot reach the package index {index or index_url()} ({exc}) and no cached "
-            f"sdist at {target}; connect once, or set PATCHBENCH_CACHE_DIR to a cache holding it"
+            f"file at {target}; connect once, or set PATCHBENCH_CACHE_DIR to a cache holding it"
         ) from exc
     if target.exists() and sha256_of(target) == info.sha256:
         recorded.write_text(info.sha256 + "\n")

@@ -11,6 +11,7 @@ Each patch's commit message ends with trailers the tool validates::
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,3 +179,17 @@ def read_series(version: str, root: Path | None = None) -> list[Patch]:
 def write_series(directory: Path, names: list[str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "series").write_text("".join(f"{name}\n" for name in names))
+
+
+def series_hash(version: str, root: Path | None = None, length: int = 10) -> str:
+    """Short sha256 over the series manifest and patch files of `version` ("none" if empty)."""
+    directory = series_dir(version, root)
+    manifest = directory / "series"
+    if not manifest.exists():
+        return "none"
+    digest = hashlib.sha256(manifest.read_bytes())
+    for line in manifest.read_text().splitlines():
+        name = line.strip()
+        if name and not name.startswith("#") and (directory / name).exists():
+            digest.update(name.encode() + b"\0" + (directory / name).read_bytes())
+    return digest.hexdigest()[:length]
