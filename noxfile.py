@@ -88,6 +88,13 @@ def _torch_pin_file(session: nox.Session) -> Path:
     return path
 
 
+@_per_version("wheel", "patched wheel: official wheel + series, version <v>+pb.<hash>",
+              venv_backend="none")  # fmt: skip
+def wheel(session: nox.Session, version: str) -> None:
+    """`nox -s wheel-0.22.0 -- --flavor cuda` for the CUDA wheel (default: cpu)."""
+    _tool(session, "wheel", version, *session.posargs)
+
+
 @nox.session(venv_backend="none")
 def status(session: nox.Session) -> None:
     """Table: every patch x every pinned version (needed / upstream / obsolete / conflicts)."""

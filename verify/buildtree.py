@@ -337,6 +337,13 @@ class BuildTree:
         out = self.git("diff", "--name-only", "--no-renames", BASELINE_TAG, "HEAD")
         return [line for line in out.splitlines() if line]
 
+    def read_bytes(self, rev: str, path: str) -> bytes | None:
+        """The raw bytes of `path` at `rev`, or None if it does not exist there."""
+        run = subprocess.run(
+            ["git", "-C", str(self.path), "cat-file", "blob", f"{rev}:{path}"], capture_output=True
+        )
+        return run.stdout if run.returncode == 0 else None
+
     def export_tree(self, rev: str, dest: Path, paths: list[str] | None = None) -> None:
         """Write the tree of `rev` (optionally only `paths`) into `dest` via `git archive`."""
         dest.mkdir(parents=True, exist_ok=True)

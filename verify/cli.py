@@ -59,6 +59,13 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wheel(args: argparse.Namespace) -> int:
+    from verify import wheel
+
+    wheel.build(require_pinned(args.version), args.flavor, Path(args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
     p.add_argument("--json", default=str(RESULTS / "status.json"))
     p.set_defaults(func=_status)
+    p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
+    p.add_argument("version")
+    p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out", default="dist")
+    p.set_defaults(func=_wheel)
     return parser
 
 
