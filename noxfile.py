@@ -95,6 +95,12 @@ def wheel(session: nox.Session, version: str) -> None:
     _tool(session, "wheel", version, *session.posargs)
 
 
+@_per_version("report", "PR-ready report per patch (reports/<v>/) from results/",
+              venv_backend="none")  # fmt: skip
+def report(session: nox.Session, version: str) -> None:
+    _tool(session, "report", version)
+
+
 @nox.session(venv_backend="none")
 def status(session: nox.Session) -> None:
     """Table: every patch x every pinned version (needed / upstream / obsolete / conflicts)."""

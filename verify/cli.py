@@ -66,6 +66,14 @@ def _wheel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from verify import report
+
+    index = report.build(require_pinned(args.version))
+    say(f"wrote {index} and one report per patch beside it")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", default="dist")
     p.set_defaults(func=_wheel)
+    p = sub.add_parser("report", help="PR-ready report per patch from the recorded results")
+    p.add_argument("version")
+    p.set_defaults(func=_report)
     return parser
 
 

@@ -6,7 +6,7 @@ Schema (``schema: 1``)::
     seed        which patch it covers: "000".."004", "010" (matches test_<seed>_* in the
                 patch's Verify trailer), or "series" for whole-series steps
     vllm_version, series_hash, machine {cpu, gpu}, date (UTC ISO), command (exact)
-    outcome     "pass" | "fail" | "not run"      reason: why (required unless pass)
+    outcome     "pass" | "fail" | "not run" | "n/a"      reason: why (required unless pass)
     numbers     free-form measurements; tables: optional list of markdown tables
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from verify.series import series_hash
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
-OUTCOMES = ("pass", "fail", "not run")
+OUTCOMES = ("pass", "fail", "not run", "n/a")
 
 
 def cpu_model() -> str:

@@ -1,0 +1,54 @@
+"""Reports: PR-template order, 'not run' marking, fail wins, plots, the index matrix."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import TRAILERS, commit_change
+from verify import report
+
+
+def _result(step, seed, outcome, reason="", numbers=None):
+    return {
+        "schema": 1, "step": step, "seed": seed, "vllm_version": "9.9.0", "series_hash": "h",
+        "machine": {"cpu": "AMD EPYC", "gpu": None}, "date": "2026-11-23T00:00:00+00:00",
+        "command": f"nox -s {step}", "outcome": outcome, "reason": reason,
+        "numbers": numbers or {}, "tables": [],
+    }  # fmt: skip
+
+
+def test_report_marks_missing_steps_not_run(make_tree, workspace):
+    tree = make_tree("9.9.0")
+    tree.apply()
+    trailers = TRAILERS.replace("tests/test_sampler.py", "tests/equivalence/test_003_penalties.py")
+    commit_change(
+        tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Faster penalties", trailers
+    )
+    tree.export()
+    results = workspace / "results" / "cpu" / "9.9.0"
+    results.mkdir(parents=True)
+    plot = {"x": [1, 2], "series": {"pristine": [1, 2], "patched": [1, 1]}, "xlabel": "L"}
+    files = {
+        "eq.json": _result("equivalence", "003", "pass", numbers={"passed": 12}),
+        "bench.json": _result(
+            "microbench-003", "003", "pass", numbers={"ratio": 3.5, "plot": plot}
+        ),
+        "e2e.json": _result("e2e-token-identity", "series", "fail", reason="2 requests differ"),
+        "other.json": _result("gsm8k", "001", "pass"),
+    }
+    for name, data in files.items():
+        (results / name).write_text(json.dumps(data))
+
+    index = report.build(
+        "9.9.0", workspace / "reports", workspace / "patches", workspace / "results"
+    )
+    text = (index.parent / "0001-Perf-Faster-penalties.md").read_text()
+    assert text.index("## Purpose") < text.index("## Test Plan") < text.index("## Test Result")
+    assert "| Equivalence (pristine vs patched, randomized) | pass |" in text
+    assert "| End-to-end generation A/B | fail |" in text
+    assert "| gsm8k accuracy through lm_eval | not run |" in text  # seed 001's result is not ours
+    assert text.count("not run: no result file was recorded") == len(report.STEPS) - 3
+    assert "| ratio | 3.5 |" in text
+    assert (index.parent / "bench.png").exists()
+    matrix = index.read_text()
+    assert "| [[Perf] Faster penalties](0001-Perf-Faster-penalties.md) | pass | not run |" in matrix

@@ -1,0 +1,195 @@
+"""PR-ready reports: `reports/<version>/<patch>.md` in vLLM's PR template order (Purpose /
+Test Plan / Test Result), built only from recorded result files, plus an index matrix.
+
+A patch is linked to results by its seed id: the ``test_<seed>_...`` files its ``Verify:``
+trailer names, and results whose ``seed`` is that id (or ``series`` for whole-series steps).
+Every step without a result is printed as "not run", never left out.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from verify import results as results_mod
+from verify.series import Patch, read_series, series_hash
+
+REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+
+#: (step prefix, title) in report order; a result belongs to the first prefix its step starts with.
+STEPS: list[tuple[str, str]] = [
+    ("equivalence", "Equivalence (pristine vs patched, randomized)"),
+    ("upstream-tests", "Upstream vLLM tests of the touched area"),
+    ("microbench", "Microbenchmark (A/B, interleaved)"),
+    ("kernel", "Kernel benchmark vs roofline (GPU)"),
+    ("e2e", "End-to-end generation A/B"),
+    ("embeddings", "Embeddings A/B"),
+    ("gsm8k", "gsm8k accuracy through lm_eval"),
+    ("serve-bench", "Serving benchmark (vllm bench serve)"),
+    ("attribution", "Per-step attribution"),
+]
+
+
+def seed_of(patch: Patch) -> str | None:
+    match = re.search(r"test_(\d{3})_", patch.trailers.get("Verify", ""))
+    return match.group(1) if match else None
+
+
+def _category(step: str) -> str | None:
+    for prefix, _ in STEPS:
+        if step.startswith(prefix):
+            return prefix
+    return None
+
+
+def results_for(patch: Patch, found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    seed = seed_of(patch)
+    grouped: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
+    for result in found:
+        category = _category(result.get("step", ""))
+        if category and result.get("seed") in (seed, "series"):
+            grouped[category].append(result)
+    return grouped
+
+
+def verdict(entries: list[dict[str, Any]]) -> str:
+    """pass / fail / n/a / not run for one step (fail wins over pass)."""
+    outcomes = {e.get("outcome") for e in entries}
+    for value in ("fail", "pass", "n/a", "not run"):
+        if value in outcomes:
+            return value
+    return "not run"
+
+
+def _numbers_table(numbers: dict[str, Any]) -> str:
+    rows = []
+    for key, value in numbers.items():
+        if isinstance(value, dict | list):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        rows.append(f"| {key} | {value} |")
+    return "| metric | value |\n|---|---|\n" + "\n".join(rows) if rows else ""
+
+
+def _section(body: str, name: str) -> str:
+    match = re.search(rf"^{name}:\s*(.*?)(?=^\w[\w -]*:\s|\Z)", body, re.S | re.M)
+    return match.group(1).strip() if match else ""
+
+
+def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: Path) -> str:
+    grouped = results_for(patch, found)
+    patches_root = patch.path.parent.parent
+    body_wo_trailers = patch.body.rsplit("\n\n", 1)[0]
+    why = _section(body_wo_trailers, "Why") or body_wo_trailers
+    how = _section(body_wo_trailers, "How")
+    lines = [
+        f"# {patch.subject}",
+        "",
+        f"vLLM {version} · series `{series_hash(version, patches_root)}` · `{patch.name}` · "
+        f"Status: {patch.status} · Upstream: {patch.upstream}",
+        "",
+        "## Purpose",
+        "",
+        why,
+        "",
+    ]
+    if how:
+        lines += [how, ""]
+    lines += ["## Test Plan", "", f"Verify (from the patch): {patch.trailers['Verify']}", ""]
+    for prefix, title in STEPS:
+        commands = [e["command"] for e in grouped[prefix] if e.get("command")]
+        if commands:
+            lines.append(f"- {title}:")
+            lines += [f"  ```\n  {c}\n  ```" for c in dict.fromkeys(commands)]
+    lines += ["", "## Test Result", ""]
+    lines += ["| step | result | machine | date |", "|---|---|---|---|"]
+    for prefix, title in STEPS:
+        entries = grouped[prefix]
+        state = verdict(entries)
+        machine = ", ".join(
+            sorted({e["machine"].get("gpu") or e["machine"].get("cpu", "?") for e in entries})
+        )
+        dates = ", ".join(sorted({e.get("date", "")[:10] for e in entries}))
+        lines.append(f"| {title} | {state} | {machine or '-'} | {dates or '-'} |")
+    lines.append("")
+    for prefix, title in STEPS:
+        entries = grouped[prefix]
+        lines += [f"### {title}", ""]
+        if not entries:
+            lines += ["not run: no result file was recorded for this step.", ""]
+            continue
+        for entry in entries:
+            lines.append(
+                f"**{entry['step']}**: {entry['outcome']}"
+                + (f" ({entry['reason']})" if entry.get("reason") else "")
+                + f" · series `{entry.get('series_hash')}` · `{Path(entry['_path']).name}`"
+            )
+            lines.append("")
+            table = _numbers_table(entry.get("numbers", {}))
+            if table:
+                lines += [table, ""]
+            for extra in entry.get("tables", []):
+                lines += [extra, ""]
+            for plot in _plots(entry, out):
+                lines += [f"![{entry['step']}]({plot.name})", ""]
+    return "\n".join(lines)
+
+
+def _plots(entry: dict[str, Any], out: Path) -> list[Path]:
+    """PNG plots for results that carry ``numbers.plot = {x, series{name: ys}, xlabel, ylabel}``."""
+    spec = entry.get("numbers", {}).get("plot")
+    if not spec:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, ys in spec["series"].items():
+        ax.plot(spec["x"], ys, marker="o", label=name)
+    ax.set_xlabel(spec.get("xlabel", ""))
+    ax.set_ylabel(spec.get("ylabel", ""))
+    if spec.get("logx"):
+        ax.set_xscale("log")
+    ax.set_title(spec.get("title", entry["step"]))
+    ax.legend()
+    fig.tight_layout()
+    path = out / f"{Path(entry['_path']).stem}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def build(
+    version: str,
+    out_root: Path | None = None,
+    patches_root: Path | None = None,
+    results_root: Path | None = None,
+) -> Path:
+    """Write every patch's report and the index; returns the index path."""
+    out = (out_root or REPORTS_DIR) / version
+    out.mkdir(parents=True, exist_ok=True)
+    patches = read_series(version, patches_root)
+    found = results_mod.load_all(version, results_root)
+    index = [
+        f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
+        "",
+        "Built by `nox -s report-" + version + "` from the result files under `results/`.",
+        "",
+        "| patch | " + " | ".join(prefix for prefix, _ in STEPS) + " |",
+        "|---|" + "---|" * len(STEPS),
+    ]
+    for patch in patches:
+        name = patch.name.removesuffix(".patch") + ".md"
+        (out / name).write_text(render_patch(patch, version, found, out) + "\n")
+        grouped = results_for(patch, found)
+        cells = " | ".join(verdict(grouped[prefix]) for prefix, _ in STEPS)
+        index.append(f"| [{patch.subject}]({name}) | {cells} |")
+    if not patches:
+        index.append("| (no patches) |" + " |" * len(STEPS))
+    path = out / "README.md"
+    path.write_text("\n".join(index) + "\n")
+    return path
