@@ -73,11 +73,14 @@ def equivalence(session: nox.Session, version: str) -> None:
     session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
     session.install("--no-deps", "-e", ".")
     session.env["PATCHBENCH_PIN"] = version
-    # exit 5 = no test covers this pin yet: not a failure of the pin, said in the output
+    junit = ROOT / "build" / f"junit-equivalence-{version}.xml"
+    # exit 5 = no test covers this pin yet; exit 1 = failures, recorded below, then fatal
     session.run(
-        "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q", *session.posargs,
-        success_codes=[0, 5],
+        "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q",
+        f"--junitxml={junit}", *session.posargs, success_codes=[0, 1, 5],
     )  # fmt: skip
+    if junit.exists():
+        session.run("python", "-m", "verify.equivalence.record", version, str(junit))
 
 
 def _torch_pin_file(session: nox.Session) -> Path:

@@ -1,0 +1,71 @@
+"""Turn a pytest JUnit XML of `tests/equivalence` into one result file per seed.
+
+`python -m verify.equivalence.record <version> <junit.xml> [--command ...]` writes
+``results/cpu/<version>/equivalence-<seed>.json`` (counts, failing test ids) and exits 1 if any
+test failed, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+from verify import results
+
+_SEED = re.compile(r"test_(\d{3})_")
+
+
+def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
+    """{seed: {"passed": [...], "failed": [...], "skipped": [...]}} from a JUnit XML file."""
+    seeds: dict[str, dict[str, list[str]]] = defaultdict(
+        lambda: {"passed": [], "failed": [], "skipped": []}
+    )
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        where = f"{case.get('classname', '')}.{case.get('name', '')}"
+        match = _SEED.search(case.get("classname", "")) or _SEED.search(case.get("file", "") or "")
+        if not match:
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            kind = "failed"
+        elif case.find("skipped") is not None:
+            kind = "skipped"
+        else:
+            kind = "passed"
+        seeds[match.group(1)][kind].append(where)
+    return dict(seeds)
+
+
+def record(version: str, junit: Path, command: str, root: Path | None = None) -> bool:
+    """Write the per-seed result files; True if nothing failed."""
+    ok = True
+    for seed, groups in sorted(summarize(junit).items()):
+        counts = {kind: len(ids) for kind, ids in groups.items()}
+        if groups["failed"]:
+            outcome, reason, ok = "fail", f"{counts['failed']} test(s) failed", False
+        elif groups["passed"]:
+            outcome, reason = "pass", ""
+        else:
+            outcome, reason = "not run", "every test was skipped for this pin"
+        numbers = {**counts, "failed_tests": groups["failed"][:20]}
+        result = results.make(
+            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason, command=command
+        )
+        results.write(result, "cpu", f"equivalence-{seed}", root)
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("version")
+    parser.add_argument("junit", type=Path)
+    parser.add_argument("--command", default="")
+    args = parser.parse_args(argv)
+    command = args.command or f"nox -s equivalence-{args.version}"
+    return 0 if record(args.version, args.junit, command) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
