@@ -1,0 +1,102 @@
+"""`python -m verify.e2e <step> --version 0.22.0 [--model PATH] [--tree DIR] [--quick]`
+
+Steps (each pristine vs patched, fixed seeds; each writes results/cpu/<version>/e2e-<step>.json):
+  tokens       offline LLM.generate: greedy, seeded sampling, penalties with/without a thinking
+               budget; token ids + logprobs identical
+  embed        LLM.embed on a tiny pooling model; vectors identical (seed 002's code path)
+  serve-bench  vllm serve + vllm bench serve (random dataset), interleaved A/B, ratio + 95% CI
+  gsm8k        lm_eval local-completions on local gsm8k; scores equal, every response identical
+  serve        serve-bench and gsm8k on one pair of servers
+  all          tokens, embed, serve
+Exit code: 0 pass, 1 an A/B difference, 2 a setup error (message says what to do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from verify.errors import PatchbenchError
+
+STEPS = ("tokens", "embed", "serve-bench", "gsm8k", "serve", "all")
+NOT_RUN_ON_CPU = {
+    "000": "MRV2 sampler: vLLM runs its V1 model runner on CPU (Triton has no CPU driver), so the "
+           "Model Runner V2 sampler path this patch changes is not run on CPU: GPU tier only",
+    "001": "Triton kernel (rejection sampler): Triton has no CPU driver, so vLLM on CPU never "
+           "launches it: not run on CPU, GPU tier only",
+}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m verify.e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("step", choices=STEPS)
+    p.add_argument("--version", default="0.22.0")
+    p.add_argument("--model", help="local model dir (default: the built-in tiny Qwen3)")
+    p.add_argument("--embed-model", help="local embedding model dir (default: tiny pooling model)")
+    p.add_argument("--tree", help="build tree with the series (default build/<version>)")
+    p.add_argument("--quick", action="store_true", help="reduced sizes (CI)")
+    p.add_argument("--max-tokens", type=int, help="tokens per request (tokens step)")
+    p.add_argument("--prompts", type=int, help="prompts per request kind (tokens step)")
+    p.add_argument("--repeats", type=int, help="interleaved A/B repeats (serve-bench)")
+    p.add_argument("--num-prompts", type=int, help="requests per bench run (serve-bench)")
+    p.add_argument("--limit", type=int, help="gsm8k test questions (0 = all 1319)")
+    p.add_argument("--health-timeout", type=float, default=600)
+    return p
+
+
+def run(args: argparse.Namespace) -> bool:
+    from verify.e2e import accuracy, common, identity, serving
+    from verify.tinymodel import ensure_model
+
+    q = args.quick
+    started = time.monotonic()
+    ctx = common.setup(args.version, args.model, args.tree)
+    common.say(f"setup: {ctx.timings}; versions: {ctx.versions}")
+    for seed, reason in NOT_RUN_ON_CPU.items():
+        common.write_not_run(args.version, seed, f"e2e-not-run-{seed}", reason)
+    ok = True
+    step = args.step
+    if step in ("tokens", "all"):
+        ok &= identity.token_identity(
+            ctx, max_tokens=args.max_tokens or (192 if q else 384), prompts=args.prompts or (2 if q else 4)
+        )
+    if step in ("embed", "all"):
+        if args.embed_model:
+            embed_model = common.check_model_path(args.embed_model)
+        else:
+            embed_model, built = ensure_model("embed", ctx.runtime.python, say=common.say)
+            ctx.timings["embed_model_build_s"] = round(built, 1)
+        ok &= identity.embeddings(ctx, embed_model)
+    bench_kw = {"repeats": args.repeats or (2 if q else 3),
+                "num_prompts": args.num_prompts or (16 if q else 32),
+                "health_timeout": args.health_timeout}  # fmt: skip
+    limit = args.limit if args.limit is not None else (10 if q else 50)
+    gsm_kw = {"limit": limit or None, "max_gen_toks": 128 if q else 256,
+              "health_timeout": args.health_timeout}  # fmt: skip
+    if step == "serve-bench":
+        ok &= serving.serve_bench(ctx, **bench_kw)
+    if step == "gsm8k":
+        ok &= accuracy.gsm8k(ctx, **gsm_kw)
+    if step in ("serve", "all"):
+        work = common.workdir(args.version, "servers")
+        with serving.ab_servers(ctx, work, args.health_timeout) as servers:
+            ok &= serving.serve_bench(ctx, servers=servers, **bench_kw)
+            ok &= accuracy.gsm8k(ctx, servers=servers, **gsm_kw)
+    common.say(f"{step}: {'PASS' if ok else 'FAIL'} in {time.monotonic() - started:.0f}s "
+               f"(setup {ctx.timings})")  # fmt: skip
+    return bool(ok)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return 0 if run(args) else 1
+    except PatchbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

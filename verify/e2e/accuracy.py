@@ -1,0 +1,159 @@
+"""Step 3 (accuracy): `lm_eval --model local-completions` against each served root on gsm8k,
+read offline from the local jsonl files through a task YAML written here (gsm8k's usual
+settings: 5-shot, "Question: ...\\nAnswer:", strict-match and flexible-extract filters),
+`--log_samples`. A/B: equal scores and identical per-sample responses.
+
+With the tiny random-weight model the score is ~0: this step proves that the patched code
+serves exactly the same completions as the pristine code, not that the model can do math."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from verify.e2e.common import Context, log_tail, say, workdir, write_result
+from verify.e2e.serving import ab_servers
+from verify.errors import PatchbenchError
+
+DATA_DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k"
+
+TASK_YAML = """\
+task: gsm8k_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {train}
+    test: {test}
+output_type: generate_until
+training_split: train
+fewshot_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+    ignore_punctuation: false
+    regexes_to_ignore:
+      - ","
+      - "\\\\$"
+      - "(?s).*#### "
+      - "\\\\.$"
+generation_kwargs:
+  until:
+    - "Question:"
+    - "</s>"
+    - "<|im_end|>"
+  do_sample: false
+  temperature: 0.0
+  max_gen_toks: {max_gen_toks}
+repeats: 1
+num_fewshot: 5
+filter_list:
+  - name: "strict-match"
+    filter:
+      - function: "regex"
+        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
+      - function: "take_first"
+  - name: "flexible-extract"
+    filter:
+      - function: "regex"
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
+      - function: "take_first"
+metadata:
+  version: 3.0
+"""
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("PATCHBENCH_GSM8K_DIR") or DATA_DEFAULT)
+
+
+def write_task(dest: Path, max_gen_toks: int) -> Path:
+    data = data_dir()
+    for split in ("train", "test"):
+        if not (data / f"{split}.jsonl").is_file():
+            raise PatchbenchError(f"gsm8k {split} split not found at {data}/{split}.jsonl "
+                                  "(set PATCHBENCH_GSM8K_DIR)")  # fmt: skip
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "gsm8k_local.yaml").write_text(TASK_YAML.format(
+        train=data / "train.jsonl", test=data / "test.jsonl", max_gen_toks=max_gen_toks))
+    return dest
+
+
+def lm_eval_cmd(ctx: Context, url: str, tasks_dir: Path, out: Path, limit: int | None) -> list[str]:
+    model_args = (f"base_url={url}/v1/completions,model=tiny,tokenizer_backend=huggingface,"
+                  f"tokenizer={ctx.model},num_concurrent=4,max_retries=2,tokenized_requests=False,"
+                  "max_length=4096,seed=0")  # fmt: skip
+    cmd = [ctx.runtime.python, "-m", "lm_eval", "--model", "local-completions",
+           "--model_args", model_args, "--tasks", "gsm8k_local", "--include_path", str(tasks_dir),
+           "--output_path", str(out), "--log_samples", "--seed", "0", "--batch_size", "1"]  # fmt: skip
+    if limit:
+        cmd += ["--limit", str(limit)]
+    return cmd
+
+
+def _load(out: Path) -> tuple[dict, list[dict]]:
+    results = sorted(out.rglob("results_*.json"))
+    samples = sorted(out.rglob("samples_gsm8k_local_*.jsonl"))
+    if not results or not samples:
+        raise PatchbenchError(f"lm_eval wrote no results/samples under {out}")
+    res = json.loads(results[-1].read_text())["results"]["gsm8k_local"]
+    rows = [json.loads(line) for line in samples[-1].read_text().splitlines() if line.strip()]
+    return res, sorted(rows, key=lambda r: r["doc_id"])
+
+
+def gsm8k(ctx: Context, *, limit: int | None = 50, max_gen_toks: int = 256,
+          health_timeout: float = 600, servers=None) -> bool:  # fmt: skip
+    work = workdir(ctx.version, "gsm8k")
+    tasks = write_task(work / "tasks", max_gen_toks)
+    started = time.monotonic()
+    scores, samples, timing = {}, {}, {}
+    with contextlib.ExitStack() as stack:
+        if servers is None:
+            servers = stack.enter_context(ab_servers(ctx, work, health_timeout))
+        for root in ("pristine", "patched"):
+            out = work / f"lm_eval-{root}"
+            cmd = lm_eval_cmd(ctx, servers[root].url, tasks, out, limit)
+            log = work / f"lm_eval-{root}.log"
+            say(f"lm_eval ({root}) -> {log}")
+            t0 = time.monotonic()
+            env = {**ctx.runtime.env("pristine"), "HF_DATASETS_CACHE": str(work / "hf-datasets")}
+            with open(log, "w") as fh:
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                      timeout=3000, cwd=work)  # fmt: skip
+            if proc.returncode:
+                raise PatchbenchError(f"lm_eval failed ({root}); log tail:\n{log_tail(log)}")
+            timing[root] = round(time.monotonic() - t0, 1)
+            scores[root], samples[root] = _load(out)
+    keys = [k for k in scores["pristine"] if k.startswith("exact_match")]
+    differing = []
+    for sa, sb in zip(samples["pristine"], samples["patched"], strict=True):
+        if sa["resps"] != sb["resps"] or sa["filtered_resps"] != sb["filtered_resps"]:
+            differing.append(sa["doc_id"])
+    equal_scores = all(scores["pristine"][k] == scores["patched"][k] for k in keys)
+    numbers = {
+        "limit": limit, "max_gen_toks": max_gen_toks, "n_samples": len(samples["pristine"]),
+        "scores": {r: {k: scores[r][k] for k in scores[r] if "exact_match" in k} for r in scores},
+        "differing_doc_ids": differing, "lm_eval_s": timing,
+        "step_s": round(time.monotonic() - started, 1),
+        "command_example": lm_eval_cmd(ctx, "http://127.0.0.1:PORT", tasks, work / "OUT", limit),
+        "note": "random-weight tiny model: a score of ~0 is expected; the A/B identity of every "
+                "response is what this step proves",
+        "workdir": str(work),
+    }  # fmt: skip
+    say(f"gsm8k scores: {numbers['scores']} (random weights: ~0 is expected)")
+    if differing or not equal_scores:
+        reason = (f"{len(differing)} of {len(samples['pristine'])} responses differ"
+                  f"{'' if equal_scores else ' and the scores differ'}")  # fmt: skip
+        write_result(ctx, "e2e-gsm8k", "series", "fail", numbers, reason=reason)
+        return False
+    write_result(ctx, "e2e-gsm8k", "series", "pass", numbers)
+    return True

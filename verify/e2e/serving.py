@@ -1,0 +1,267 @@
+"""Step 2 (serving): `vllm serve` per root on 127.0.0.1, `/health` wait, `vllm bench serve` A/B
+with interleaved repeats, ratio patched/pristine with a 95% CI. The server lifecycle here is
+also used by the accuracy step."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from verify.e2e.common import Context, log_tail, say, workdir, write_result
+from verify.errors import PatchbenchError
+
+METRICS = [
+    "output_throughput", "request_throughput", "total_token_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+]  # fmt: skip
+
+# two-sided 95% t quantiles, df = 1..30
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+
+class ServerError(PatchbenchError):
+    """The server could not be started or never became healthy."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_port_free(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ServerError(
+                f"port {port} on {host} is already in use ({exc.strerror}); pick another port or "
+                "leave --port out to use a free one"
+            ) from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Server:
+    """One server process (its own process group, so stopping it leaves no child behind)."""
+
+    def __init__(self, cmd: list[str], env: dict, port: int, log: Path, label: str = "server",
+                 health_timeout: float = 600, host: str = "127.0.0.1"):  # fmt: skip
+        self.cmd, self.env, self.port, self.log = cmd, env, port, Path(log)
+        self.label, self.health_timeout, self.host = label, health_timeout, host
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> Server:
+        require_port_free(self.port, self.host)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.log, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.cmd, stdout=self._fh, stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)  # fmt: skip
+        say(f"{self.label}: started pid {self.proc.pid} on {self.url} (log {self.log})")
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def wait_healthy(self) -> float:
+        started = time.monotonic()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                tail = log_tail(self.log)
+                self.stop()
+                raise ServerError(f"{self.label} exited with code {code} before it was "
+                                  f"healthy; log tail ({self.log}):\n{tail}")  # fmt: skip
+            if self.healthy():
+                self.startup_s = time.monotonic() - started
+                say(f"{self.label}: healthy after {self.startup_s:.0f}s")
+                return self.startup_s
+            if time.monotonic() - started > self.health_timeout:
+                self.stop()
+                raise ServerError(
+                    f"{self.label} (pid {self.proc.pid}) was not healthy at {self.url}/health "
+                    f"within {self.health_timeout:.0f}s; it was killed. Log tail ({self.log}):\n"
+                    f"{log_tail(self.log)}"
+                )
+            time.sleep(1.0)
+
+    def stop(self, grace: float = 20) -> None:
+        if self.proc is None:
+            return
+        pid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            # the leader is gone; make sure no member of its group is left
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            break
+        with contextlib.suppress(Exception):
+            self._fh.close()
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
+    return ctx.runtime.vllm_cmd(
+        "serve", str(ctx.model), "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", "tiny", "--max-model-len", str(max_model_len),
+        "--seed", "0", "--enforce-eager", "--disable-log-stats", "--uvicorn-log-level", "warning",
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def ab_servers(ctx: Context, work: Path, health_timeout: float = 600):
+    """Both roots served at once (started one after the other: 2 cores)."""
+    servers = {}
+    try:
+        for root in ("pristine", "patched"):
+            port = free_port()
+            srv = Server(serve_cmd(ctx, port), ctx.runtime.env(root), port,
+                         work / f"server-{root}.log", label=f"vllm serve ({root})",
+                         health_timeout=health_timeout)  # fmt: skip
+            servers[root] = srv
+            srv.start()
+            srv.wait_healthy()
+        yield servers
+    finally:
+        for srv in servers.values():
+            srv.stop()
+
+
+def bench_cmd(ctx: Context, srv: Server, out_dir: Path, name: str, num_prompts: int,
+              input_len: int, output_len: int, seed: int) -> list[str]:  # fmt: skip
+    return ctx.runtime.vllm_cmd(
+        "bench", "serve", "--backend", "vllm", "--base-url", srv.url, "--endpoint",
+        "/v1/completions", "--model", "tiny", "--tokenizer", str(ctx.model),
+        "--dataset-name", "random", "--random-input-len", str(input_len),
+        "--random-output-len", str(output_len), "--num-prompts", str(num_prompts),
+        "--ignore-eos", "--seed", str(seed), "--save-result", "--result-dir", str(out_dir),
+        "--result-filename", name, "--disable-tqdm",
+    )  # fmt: skip
+
+
+def parse_bench(path: Path) -> dict[str, float]:
+    data = json.loads(Path(path).read_text())
+    missing = [m for m in METRICS if m not in data]
+    if missing:
+        raise PatchbenchError(f"bench result {path} lacks {', '.join(missing)}")
+    out = {m: float(data[m]) for m in METRICS}
+    out["completed"] = data.get("completed")
+    return out
+
+
+def ratio_ci(a: list[float], b: list[float]) -> dict:
+    """Paired ratios b_i/a_i (interleaved repeats): mean and a 95% t interval."""
+    ratios = [y / x for x, y in zip(a, b, strict=True) if x]
+    n = len(ratios)
+    mean = statistics.fmean(ratios) if ratios else float("nan")
+    if n < 2:
+        return {"ratio": mean, "ci95": [None, None], "n": n}
+    half = _T95[min(n - 1, len(_T95)) - 1] * statistics.stdev(ratios) / math.sqrt(n)
+    return {"ratio": mean, "ci95": [mean - half, mean + half], "n": n}
+
+
+def run_bench(ctx: Context, servers: dict[str, Server], work: Path, repeats: int,
+              num_prompts: int, input_len: int, output_len: int) -> dict:  # fmt: skip
+    runs: dict[str, list[dict]] = {"pristine": [], "patched": []}
+    for rep in range(repeats):
+        order = ("pristine", "patched") if rep % 2 == 0 else ("patched", "pristine")
+        for root in order:
+            name = f"bench-{root}-{rep}.json"
+            cmd = bench_cmd(ctx, servers[root], work, name, num_prompts, input_len, output_len,
+                            seed=rep)  # fmt: skip
+            log = work / f"bench-{root}-{rep}.log"
+            with open(log, "w") as fh:
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                      env=ctx.runtime.env("pristine"), timeout=1200)  # fmt: skip
+            if proc.returncode:
+                raise PatchbenchError(f"vllm bench serve failed ({root}, repeat {rep}); log "
+                                      f"tail:\n{log_tail(log)}")  # fmt: skip
+            runs[root].append(parse_bench(work / name))
+            say(f"bench {root} #{rep}: {runs[root][-1]['output_throughput']:.1f} output tok/s")
+    summary = {}
+    for m in METRICS:
+        a = [r[m] for r in runs["pristine"]]
+        b = [r[m] for r in runs["patched"]]
+        summary[m] = {"pristine_mean": statistics.fmean(a), "patched_mean": statistics.fmean(b),
+                      **ratio_ci(a, b)}  # fmt: skip
+    return {"runs": runs, "summary": summary, "bench_command_example": bench_cmd(
+        ctx, servers["pristine"], work, "X.json", num_prompts, input_len, output_len, 0)}
+
+
+def table(summary: dict) -> str:
+    rows = ["| metric | pristine | patched | ratio | 95% CI |", "|---|---:|---:|---:|---|"]
+    for m, s in summary.items():
+        lo, hi = s["ci95"]
+        ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else "n/a"
+        rows.append(f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | "
+                    f"{s['ratio']:.3f} | {ci} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def serve_bench(ctx: Context, *, repeats: int = 3, num_prompts: int = 32, input_len: int = 128,
+                output_len: int = 128, health_timeout: float = 600, servers=None) -> bool:  # fmt: skip
+    work = workdir(ctx.version, "serve-bench")
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if servers is None:
+            servers = stack.enter_context(ab_servers(ctx, work, health_timeout))
+        startup = {r: s.startup_s for r, s in servers.items()}
+        res = run_bench(ctx, servers, work, repeats, num_prompts, input_len, output_len)
+    numbers = {
+        "server_startup_s": startup,
+        "repeats": repeats, "num_prompts": num_prompts, "input_len": input_len,
+        "output_len": output_len, "step_s": round(time.monotonic() - started, 1),
+        **res, "workdir": str(work),
+    }  # fmt: skip
+    tab = table(res["summary"])
+    say("serving A/B (patched / pristine):\n" + tab)
+    write_result(ctx, "e2e-serve-bench", "series", "pass", numbers, tables=[tab])
+    return True

@@ -1,0 +1,127 @@
+"""Runs INSIDE a runtime venv (pristine: no PYTHONPATH; patched: PYTHONPATH=overlay), started
+by path: ``<venv>/bin/python verify/e2e/worker.py generate|embed --model M --out F``.
+Imports nothing from `verify` (the venv does not have its dependencies). Writes one JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+# Fixed prompts: gsm8k-style questions (the tiny tokenizer was trained on gsm8k).
+QUESTIONS = [
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting.",
+    "Betty is saving money for a new wallet which costs $100. Betty has only half of the money.",
+    "James writes a 3-page letter to 2 different friends twice a week. How many pages a year?",
+    "Albert is wondering how much pizza he can eat in one day. He buys 2 large pizzas.",
+    "Ken created a care package to send to his brother, who was away at boarding school.",
+    "Alexis is applying for a new job and bought a new set of business clothes to wear.",
+    "Tina makes $18.00 an hour. If she works more than 8 hours per shift, she gets overtime.",
+]
+
+
+def _chat(question: str, think: bool) -> str:
+    text = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    return text + ("<think>\n" if think else "")
+
+
+def requests(max_tokens: int, n_prompts: int):
+    """(name, prompt, SamplingParams kwargs) for every request of the token-identity step."""
+    qs = QUESTIONS[:n_prompts]
+    out = []
+    common = {"max_tokens": max_tokens, "ignore_eos": True, "logprobs": 1}
+    for i, q in enumerate(qs):
+        out.append((f"greedy-{i}", _chat(q, False), {**common, "temperature": 0.0}))
+    for i, q in enumerate(qs):
+        out.append((f"seeded-{i}", _chat(q, False),
+                    {**common, "temperature": 1.0, "top_p": 0.9, "top_k": 50, "seed": 1000 + i}))
+    for i, q in enumerate(qs):
+        pen = {"presence_penalty": 0.4 + 0.1 * i, "frequency_penalty": 0.3,
+               "repetition_penalty": 1.1 + 0.05 * i}
+        out.append((f"penalties-greedy-{i}", _chat(q, False), {**common, "temperature": 0.0, **pen}))
+        out.append((f"penalties-seeded-{i}", _chat(q, False),
+                    {**common, "temperature": 0.8, "seed": 2000 + i, **pen}))
+        out.append((f"penalties-think-{i}", _chat(q, True),
+                    {**common, "temperature": 0.8, "seed": 3000 + i, **pen,
+                     "thinking_token_budget": 16 + 24 * i}))
+    for i, q in enumerate(qs[:2]):
+        out.append((f"think-nopen-{i}", _chat(q, True),
+                    {**common, "temperature": 0.0, "thinking_token_budget": 32}))
+    return out  # fmt: skip
+
+
+def generate(args) -> dict:
+    from vllm import LLM, SamplingParams
+
+    reqs = requests(args.max_tokens, args.prompts)
+    started = time.monotonic()
+    llm = LLM(
+        model=args.model,
+        seed=0,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        reasoning_parser="qwen3",
+        enforce_eager=True,
+    )
+    load_s = time.monotonic() - started
+    prompts = [r[1] for r in reqs]
+    params = [SamplingParams(**r[2]) for r in reqs]
+    started = time.monotonic()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    gen_s = time.monotonic() - started
+    results = {}
+    total = 0
+    for (name, _, kw), out in zip(reqs, outs, strict=True):
+        comp = out.outputs[0]
+        ids = list(comp.token_ids)
+        total += len(ids)
+        lps = []
+        for tok, pos in zip(ids, comp.logprobs or [], strict=False):
+            lps.append(pos[tok].logprob)
+        results[name] = {"params": kw, "token_ids": ids, "logprobs": lps,
+                         "cumulative_logprob": comp.cumulative_logprob, "text": comp.text}  # fmt: skip
+    return {"requests": results, "load_s": load_s, "generate_s": gen_s, "tokens": total,
+            "tok_per_s": total / gen_s if gen_s else None}  # fmt: skip
+
+
+def embed(args) -> dict:
+    from vllm import LLM
+
+    started = time.monotonic()
+    llm = LLM(model=args.model, runner="pooling", convert="embed", seed=0,
+              max_model_len=args.max_model_len, enforce_eager=True)  # fmt: skip
+    load_s = time.monotonic() - started
+    texts = [q * (1 + i % 3) for i, q in enumerate(QUESTIONS * 4)]
+    started = time.monotonic()
+    outs = llm.embed(texts, use_tqdm=False)
+    embed_s = time.monotonic() - started
+    vectors = [list(map(float, o.outputs.embedding)) for o in outs]
+    return {"vectors": vectors, "load_s": load_s, "embed_s": embed_s, "n": len(texts),
+            "prompt_tokens": [len(o.prompt_token_ids) for o in outs]}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["generate", "embed"])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    args = parser.parse_args()
+    import vllm
+
+    data = generate(args) if args.mode == "generate" else embed(args)
+    data["vllm_file"] = vllm.__file__
+    data["root"] = os.environ.get("PATCHBENCH_ROOT", "?")
+    with open(args.out, "w") as fh:
+        json.dump(data, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
