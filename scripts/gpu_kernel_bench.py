@@ -204,6 +204,41 @@ def copy_bandwidth(device):
     return 2 * n * 4 / (t * 1e-3)  # bytes read + written per second
 
 
+def n_input_sets(B, K, V, with_draft, l2_multiple_bytes=150e6, cap=512):
+    """Input sets to rotate through so one pass over them is ~3x the H100's L2."""
+    return max(1, min(cap, math.ceil(l2_multiple_bytes / roofline_bytes(B, K, V, with_draft))))
+
+
+def capture(fns, calls):
+    """CUDA graph that calls fns[0], fns[1], ... round robin `calls` times."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fns[i % len(fns)]()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graph(g, calls, replays):
+    ts = []
+    for _ in range(replays):
+        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        st.record()
+        g.replay()
+        en.record()
+        en.synchronize()
+        ts.append(st.elapsed_time(en) * 1e3 / calls)
+    return median(ts)
+
+
 # --------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -215,8 +250,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup-ms", type=float, default=5)
     ap.add_argument("--rep-ms", type=float, default=25)
+    ap.add_argument("--replays", type=int, default=5, help="graph replays per timing sample (median)")
+    ap.add_argument("--min-calls", type=int, default=16, help="kernel calls per graph replay (at least)")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager do_bench column")
     ap.add_argument("--sweep", default="", help="candidate variant whose split configs to sweep, e.g. split")
-    ap.add_argument("--sweep-configs", default="4096:8,2048:4,8192:8",
+    ap.add_argument("--sweep-configs", default="1024:4,2048:4,4096:4,4096:8,8192:8",
                     help="split_block_size:num_warps list for --sweep")
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="kernel_001")
@@ -241,9 +279,10 @@ def main():
         series_hash=args.series_hash, copy_bandwidth_Bps=bw, baseline=args.baseline,
         variants={v.name: dict(path=str(v.path.relative_to(HERE.parent)) if v.path.is_relative_to(HERE.parent) else str(v.path),
                                sha256=v.source_sha) for v in variants},
-        timing=dict(fn="triton.testing.do_bench", return_mode="median", warmup_ms=args.warmup_ms,
-                    rep_ms=args.rep_ms, rounds=args.rounds, order="rotated each round",
-                    l2="flushed by do_bench before every call"),
+        timing=dict(main="CUDA graph replay of back-to-back calls over rotating input sets (>= ~150 MB, 3x L2), "
+                         "median of --replays replays / calls", replays=args.replays, min_calls=args.min_calls,
+                    eager="triton.testing.do_bench median, L2 flushed before every call",
+                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, rounds=args.rounds, order="rotated each round"),
         note=args.note,
     )
     rows, sweep_rows, failures = [], [], []
@@ -281,26 +320,34 @@ def main():
                         if d["unwritten"] or d["out_of_vocab"] or d[own_ref]:
                             failures.append(dict(V=V, B=B, K=K, draft_probs=wd, variant=key, **d))
                     del inp
-                # ---- timing
-                inp = make_inputs(B, K, V, wd, seed * 2 + 7, device, variants)
+                # ---- timing: CUDA graph of back-to-back calls over rotating input
+                # sets (> L2 in total, so every call reads from DRAM), launch
+                # overhead excluded; plus eager do_bench (L2 flushed) for reference
+                nsets = n_input_sets(B, K, V, wd)
+                sets = [make_inputs(B, K, V, wd, seed * 1000 + 7 + i, device, variants) for i in range(nsets)]
+                calls = nsets * max(1, math.ceil(args.min_calls / nsets))
+                graphs = {v.name: capture([v.launcher(x) for x in sets], calls) for v in variants}
+                inp = sets[0]
                 fns = {v.name: v.launcher(inp) for v in variants}
-                for f in fns.values():
-                    f()
-                torch.cuda.synchronize()
                 times = {n: [] for n in names}
+                eager = {n: [] for n in names}
                 for r in range(args.rounds):
                     order = names[r % len(names):] + names[: r % len(names)]
                     for n in order:
-                        times[n].append(triton.testing.do_bench(
-                            fns[n], warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3)
+                        times[n].append(time_graph(graphs[n], calls, args.replays))
+                        if not args.no_eager:
+                            eager[n].append(triton.testing.do_bench(
+                                fns[n], warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3)
+                del graphs
                 rb = roofline_bytes(B, K, V, wd)
                 roof_us = rb / bw * 1e6
                 row = dict(vocab=V, requests=B, draft_tokens=K, num_tokens=B * K, draft_probs=wd,
-                           roofline_bytes=rb, roofline_us=roof_us, correctness=exact, variants={})
+                           input_sets=nsets, calls_per_replay=calls, roofline_bytes=rb, roofline_us=roof_us, correctness=exact, variants={})
                 for n in names:
                     m, lo, hi = ratio_ci(times[args.baseline], times[n])
                     row["variants"][n] = dict(
                         times_us=times[n], median_us=median(times[n]),
+                        eager_times_us=eager[n], eager_median_us=median(eager[n]) if eager[n] else None,
                         x_roofline=median(times[n]) / roof_us,
                         speedup_vs_baseline=m, speedup_ci95=[lo, hi])
                 cand = next((v for v in variants if v.module is not None), None)
@@ -316,31 +363,34 @@ def main():
                     for cfg in args.sweep_configs.split(","):
                         blk, nw = (int(x) for x in cfg.split(":"))
                         tiles = triton.cdiv(V, blk)
-                        for s in (1, 2, 4, 8, 16, 32, 64):
-                            if s > tiles or (s > 1 and B * K * s > 64 * props.multi_processor_count):
-                                continue
-                            if s == 1 and cfg != args.sweep_configs.split(",")[0]:
+                        for s in (1, 2, 4, 8, 16, 32, 64, 128):
+                            if s > tiles or (s > 1 and B * K * s > 16 * props.multi_processor_count):
                                 continue
                             opts = dict(num_splits=s, split_block_size=blk, split_num_warps=nw)
                             inp["out"][sv.name].fill_(-1)
-                            f = sv.launcher(inp, opts)
-                            f()
+                            sv.launcher(inp, opts)()
                             torch.cuda.synchronize()
                             ok = bool((inp["out"][sv.name] == inp["out"][args.baseline]).all())
-                            t = triton.testing.do_bench(f, warmup=args.warmup_ms, rep=args.rep_ms,
-                                                        return_mode="median") * 1e3
+                            g = capture([sv.launcher(x, opts) for x in sets], calls)
+                            t = time_graph(g, calls, args.replays)
+                            del g
                             sweep_rows.append(dict(vocab=V, requests=B, draft_tokens=K, draft_probs=wd,
                                                    block=blk, num_warps=nw, num_splits=s, median_us=t,
                                                    equal_to_baseline=ok,
                                                    baseline_us=row["variants"][args.baseline]["median_us"],
                                                    roofline_us=roof_us))
-                del inp, fns
+                del inp, fns, sets
                 torch.cuda.empty_cache()
+                # partial results survive a timeout
+                Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+                (Path(args.out_dir) / f"{args.name}.partial.json").write_text(
+                    json.dumps(dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures)))
 
     result = dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    (out_dir / f"{args.name}.partial.json").unlink(missing_ok=True)
     try:
         (out_dir / f"{args.name}.md").write_text(render_md(result))
         print(render_md(result, short=True))
@@ -363,7 +413,10 @@ def render_md(res, short=False):
                 f"- date: {meta['date']}; series hash: {meta['series_hash']}",
                 f"- measured copy bandwidth (read+write): {meta['copy_bandwidth_Bps'] / 1e12:.3f} TB/s",
                 f"- roofline = bytes that must be read (target [+draft] probs per token, inv_q per request) / copy bandwidth",
-                f"- timing: do_bench median, L2 flushed, {meta['timing']['rounds']} rounds, variant order rotated; "
+                f"- timing (main columns): CUDA graph of back-to-back calls over rotating input sets larger than L2 "
+                f"(launch overhead excluded, every call reads DRAM), median of replays; {meta['timing']['rounds']} rounds, "
+                f"variant order rotated; 'eager' columns: triton.testing.do_bench median with L2 flush (includes "
+                f"host launch overhead when that exceeds the flush time); "
                 f"speedup = t({base}) / t(variant), mean over rounds with 95% CI (Student t)",
                 "- variants: " + ", ".join(f"{n} = `{v['path']}`" for n, v in meta["variants"].items()),
                 f"- correctness failures (unwritten, out of vocab, or != own reference): {len(res['failures'])}",
@@ -372,12 +425,15 @@ def render_md(res, short=False):
             out += [meta["note"], ""]
     hdr = "| vocab | req x draft | draft probs | roofline µs | " + " | ".join(
         f"{n} µs (x roof)" for n in names) + " | " + " | ".join(
+        f"{n} eager µs" for n in names) + " | " + " | ".join(
         f"{n} vs {base} (95% CI)" for n in names if n != base) + " | exact vs ref |"
     out += [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for r in rows:
         cells = [str(r["vocab"]), f"{r['requests']}x{r['draft_tokens']}", "yes" if r["draft_probs"] else "no",
                  f"{r['roofline_us']:.2f}"]
         cells += [f"{r['variants'][n]['median_us']:.1f} ({r['variants'][n]['x_roofline']:.2f})" for n in names]
+        cells += [f"{r['variants'][n]['eager_median_us']:.1f}" if r['variants'][n].get('eager_median_us') else "-"
+                  for n in names]
         for n in names:
             if n == base:
                 continue

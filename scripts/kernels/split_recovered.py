@@ -38,8 +38,6 @@ import torch
 import triton
 import triton.language as tl
 
-# Tile of the one-program-per-token path (upstream's value).
-BLOCK_SIZE = 8192
 # Tile of the split path: smaller, so that a slice can be one tile and a
 # single token still spreads over many SMs.
 SPLIT_BLOCK_SIZE = 4096
@@ -73,70 +71,8 @@ def choose_num_splits(
 
 
 @triton.jit
-def sample_recovered_tokens_kernel(
-    output_token_ids_ptr,  # [num_tokens]
-    cu_num_draft_tokens_ptr,  # [batch_size]
-    draft_token_ids_ptr,  # [num_tokens]
-    draft_probs_ptr,  # [num_tokens, vocab_size] or None
-    target_probs_ptr,  # [num_tokens, vocab_size]
-    inv_q_ptr,  # [batch_size, vocab_size]
-    vocab_size,
-    BLOCK_SIZE: tl.constexpr,
-    NO_DRAFT_PROBS: tl.constexpr,
-):
-    """One program per draft token (upstream 0.22.0 + out-of-vocab guard)."""
-    req_idx = tl.program_id(0)
-    start_idx = 0 if req_idx == 0 else tl.load(cu_num_draft_tokens_ptr + req_idx - 1)
-    end_idx = tl.load(cu_num_draft_tokens_ptr + req_idx)
-    num_draft_tokens = end_idx - start_idx
-    pos = tl.program_id(1)
-    if pos >= num_draft_tokens:
-        return
-    token_idx = start_idx + pos
-    if NO_DRAFT_PROBS:
-        draft_token_id = tl.load(draft_token_ids_ptr + token_idx)
-
-    max_val = float("-inf")
-    recovered_id = 0
-    for v in range(0, vocab_size, BLOCK_SIZE):
-        vocab_offset = v + tl.arange(0, BLOCK_SIZE)
-        vocab_mask = vocab_offset < vocab_size
-        if NO_DRAFT_PROBS:
-            prob = tl.load(
-                target_probs_ptr + token_idx * vocab_size + vocab_offset,
-                mask=(vocab_mask & (vocab_offset != draft_token_id)),
-                other=0.0,
-            )
-        else:
-            draft_prob = tl.load(
-                draft_probs_ptr + token_idx * vocab_size + vocab_offset,
-                mask=vocab_mask,
-                other=0.0,
-            )
-            target_prob = tl.load(
-                target_probs_ptr + token_idx * vocab_size + vocab_offset,
-                mask=vocab_mask,
-                other=0.0,
-            )
-            prob = tl.maximum(target_prob - draft_prob, 0.0)
-        inv_q = tl.load(
-            inv_q_ptr + req_idx * vocab_size + vocab_offset,
-            mask=vocab_mask,
-            other=0.0,
-        )
-        score = prob * inv_q
-        score = tl.where(vocab_mask, score, float("-inf"))
-        local_max, local_id = tl.max(score, axis=0, return_indices=True)
-        if local_max > max_val:
-            max_val = local_max
-            recovered_id = v + local_id
-
-    recovered_id = tl.minimum(recovered_id, vocab_size - 1)
-    tl.store(output_token_ids_ptr + token_idx, recovered_id)
-
-
-@triton.jit
 def sample_recovered_tokens_split_kernel(
+    output_token_ids_ptr,  # [num_tokens] (written when WRITE_OUTPUT)
     partial_max_ptr,  # [num_tokens, num_splits] float32
     partial_id_ptr,  # [num_tokens, num_splits] int32
     cu_num_draft_tokens_ptr,  # [batch_size]
@@ -149,8 +85,15 @@ def sample_recovered_tokens_split_kernel(
     num_splits,
     BLOCK_SIZE: tl.constexpr,
     NO_DRAFT_PROBS: tl.constexpr,
+    WRITE_OUTPUT: tl.constexpr,
 ):
-    """Pass 1: maximum score and lowest arg-max of one vocabulary slice."""
+    """Maximum score and lowest arg-max of one vocabulary slice.
+
+    Each lane keeps a running maximum over the slice's tiles (updated only on
+    a strictly larger score, so within a lane the earliest tile wins ties);
+    one reduction at the end takes the maximum over lanes and the lowest
+    vocabulary index reaching it.
+    """
     req_idx = tl.program_id(0)
     start_idx = 0 if req_idx == 0 else tl.load(cu_num_draft_tokens_ptr + req_idx - 1)
     end_idx = tl.load(cu_num_draft_tokens_ptr + req_idx)
@@ -165,10 +108,11 @@ def sample_recovered_tokens_split_kernel(
 
     split_start = split_idx * split_size
     split_end = tl.minimum(split_start + split_size, vocab_size)
-    max_val = float("-inf")
-    best_id = 0
+    lanes = tl.arange(0, BLOCK_SIZE)
+    best_val = tl.full((BLOCK_SIZE,), float("-inf"), tl.float32)
+    best_id = tl.zeros((BLOCK_SIZE,), tl.int32)
     for v in range(split_start, split_end, BLOCK_SIZE):
-        vocab_offset = v + tl.arange(0, BLOCK_SIZE)
+        vocab_offset = v + lanes
         vocab_mask = vocab_offset < split_end
         if NO_DRAFT_PROBS:
             prob = tl.load(
@@ -194,17 +138,25 @@ def sample_recovered_tokens_split_kernel(
             other=0.0,
         )
         score = prob * inv_q
-        # Lanes past the slice (and the vocabulary) can never win.
-        score = tl.where(vocab_mask, score, float("-inf"))
-        local_max, local_id = tl.max(score, axis=0, return_indices=True)
-        # Strict '>': an earlier tile keeps ties (lowest index wins).
-        if local_max > max_val:
-            max_val = local_max
-            best_id = v + local_id
+        # Strict '>': a lane keeps its earliest (lowest) index among ties.
+        # Lanes past the slice or the vocabulary never update.
+        better = (score > best_val) & vocab_mask
+        best_val = tl.where(better, score, best_val)
+        best_id = tl.where(better, vocab_offset, best_id)
 
-    out_offset = token_idx * num_splits + split_idx
-    tl.store(partial_max_ptr + out_offset, max_val)
-    tl.store(partial_id_ptr + out_offset, best_id)
+    max_val = tl.max(best_val, axis=0)
+    # Lowest index among the lanes holding the maximum.  If no lane was ever
+    # updated (NaN scores only), every lane holds (-inf, 0) and 0 is returned,
+    # like the one-pass kernel.
+    cand = tl.where(best_val == max_val, best_id, 2147483647)
+    recovered_id = tl.min(cand, axis=0)
+    if WRITE_OUTPUT:
+        recovered_id = tl.minimum(recovered_id, vocab_size - 1)
+        tl.store(output_token_ids_ptr + token_idx, recovered_id)
+    else:
+        out_offset = token_idx * num_splits + split_idx
+        tl.store(partial_max_ptr + out_offset, max_val)
+        tl.store(partial_id_ptr + out_offset, recovered_id)
 
 
 @triton.jit
@@ -266,31 +218,29 @@ def sample_recovered_tokens(
         num_splits = choose_num_splits(
             num_tokens, vocab_size, _num_sms(target_probs.device), split_block_size
         )
-    if num_splits <= 1:
-        sample_recovered_tokens_kernel[(batch_size, max_spec_len)](
-            output_token_ids,
-            cu_num_draft_tokens,
-            draft_token_ids,
-            draft_probs,
-            target_probs,
-            inv_q,
-            vocab_size,
-            BLOCK_SIZE,
-            NO_DRAFT_PROBS=draft_probs is None,
-        )
-        return output_token_ids
-
     num_tiles = triton.cdiv(vocab_size, split_block_size)
     split_size = triton.cdiv(num_tiles, num_splits) * split_block_size
     # Slices are tile-aligned; drop slices that would start past the end.
     num_splits = triton.cdiv(vocab_size, split_size)
+    grid = (batch_size, max_spec_len, num_splits)
+    if num_splits == 1:
+        sample_recovered_tokens_split_kernel[grid](
+            output_token_ids, None, None, cu_num_draft_tokens, draft_token_ids,
+            draft_probs, target_probs, inv_q, vocab_size, split_size, num_splits,
+            BLOCK_SIZE=split_block_size,
+            NO_DRAFT_PROBS=draft_probs is None,
+            WRITE_OUTPUT=True,
+            num_warps=split_num_warps,
+        )
+        return output_token_ids
     partial_max = torch.empty(
         (num_tokens, num_splits), dtype=torch.float32, device=target_probs.device
     )
     partial_id = torch.empty(
         (num_tokens, num_splits), dtype=torch.int32, device=target_probs.device
     )
-    sample_recovered_tokens_split_kernel[(batch_size, max_spec_len, num_splits)](
+    sample_recovered_tokens_split_kernel[grid](
+        output_token_ids,
         partial_max,
         partial_id,
         cu_num_draft_tokens,
@@ -303,6 +253,7 @@ def sample_recovered_tokens(
         num_splits,
         BLOCK_SIZE=split_block_size,
         NO_DRAFT_PROBS=draft_probs is None,
+        WRITE_OUTPUT=False,
         num_warps=split_num_warps,
     )
     sample_recovered_tokens_reduce_kernel[(num_tokens,)](
