@@ -42,9 +42,11 @@ SHAPE = {
     "head_dim": 32,
     "max_position_embeddings": 4096,
 }
-# Larger than HF's 0.02 so the logits of a random 2-layer model are not flat: greedy and
-# penalties then pick distinct tokens instead of ties.
-INIT_STD = 0.5
+# Embeddings: larger than HF's 0.02. The LM head is untied (a tied head makes a random model
+# copy its input token forever) with std chosen for logits of std ~2.5 after the final RMSNorm:
+# peaked enough for distinct greedy picks, flat enough that penalties change the choice.
+INIT_STD = 1.0
+HEAD_STD = 2.5 / SHAPE["hidden_size"] ** 0.5
 
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -136,7 +138,7 @@ def build_weights(out: Path, kind: str, vocab: int, eos_id: int, pad_id: int) ->
         "rope_scaling": None,
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "use_cache": True,
         "use_sliding_window": False,
@@ -149,7 +151,8 @@ def build_weights(out: Path, kind: str, vocab: int, eos_id: int, pad_id: int) ->
     }
     h, inter, hd = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["head_dim"]
     nq, nkv = SHAPE["num_attention_heads"], SHAPE["num_key_value_heads"]
-    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
+    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,),
+              "lm_head.weight": (vocab, h)}
     for i in range(SHAPE["num_hidden_layers"]):
         p = f"model.layers.{i}."
         shapes.update({
@@ -174,6 +177,8 @@ def build_weights(out: Path, kind: str, vocab: int, eos_id: int, pad_id: int) ->
         else:
             fan_in = shape[-1]
             std = INIT_STD if "embed" in name else 1.0 / fan_in**0.5
+            if name == "lm_head.weight":
+                std = HEAD_STD
             t = torch.randn(shape, generator=gen) * std
         tensors[name] = t.to(torch.bfloat16).contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -16,6 +16,7 @@ from pathlib import Path
 from verify.errors import PatchbenchError
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
+SHIMS = Path(__file__).resolve().parent / "shims"
 ROOTS = ("pristine", "patched")
 
 
@@ -102,11 +103,13 @@ def run_worker(ctx: Context, root: str, mode: str, out: Path, *extra: str,
     cmd = [rt.python, str(WORKER), mode, "--model", str(model or ctx.model), "--out", str(out),
            *extra]  # fmt: skip
     log = out.with_suffix(".log")
+    env = rt.env(root)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(SHIMS)]))
     say(f"{root}: {shlex.join(cmd[1:])}  (log {log})")
     started = time.monotonic()
     with open(log, "w") as fh:
         try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=rt.env(root),
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                   timeout=timeout, cwd=tempfile.gettempdir())  # fmt: skip
         except subprocess.TimeoutExpired:
             raise PatchbenchError(

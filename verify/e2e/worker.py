@@ -53,8 +53,17 @@ def requests(max_tokens: int, n_prompts: int):
     return out  # fmt: skip
 
 
+#: Harness workaround, applied identically to both roots (verify/e2e/shims/sitecustomize.py).
+CPU_SHIMS = [
+    "vllm.utils.torch_utils.async_tensor_h2d: pin_memory default False (vLLM 0.22.0 bug on CPU: "
+    "its module-level PIN_MEMORY ignores the platform, so the thinking-budget forcing path calls "
+    "torch.tensor(pin_memory=True) and dies with 'Found no NVIDIA driver')",
+]
+
+
 def generate(args) -> dict:
     from vllm import LLM, SamplingParams
+
 
     reqs = requests(args.max_tokens, args.prompts)
     started = time.monotonic()
@@ -118,6 +127,9 @@ def main() -> int:
     data = generate(args) if args.mode == "generate" else embed(args)
     data["vllm_file"] = vllm.__file__
     data["root"] = os.environ.get("PATCHBENCH_ROOT", "?")
+    import vllm.utils.torch_utils as tu
+
+    data["cpu_shims"] = CPU_SHIMS if getattr(tu, "PATCHBENCH_NO_PIN_SHIM", False) else []
     with open(args.out, "w") as fh:
         json.dump(data, fh)
     return 0
