@@ -122,19 +122,22 @@ def test_tie_at_split_boundary_lowest_wins(kmod):
 def test_choose_num_splits(kmod):
     f = kmod.choose_num_splits
     sms = 132
-    # enough tokens to fill the GPU: one pass
-    assert f(132, 151936, sms) == 1
+    blk = kmod.SPLIT_BLOCK_SIZE
+    tiles = -(-151936 // blk)
+    # enough tokens to fill the GPU: one program per token, no second pass
     assert f(1024, 151936, sms) == 1
-    # vocabulary of one tile: nothing to split
-    assert f(1, 4000, sms) == 1
-    # one token: one slice per tile, up to 2 programs per SM
-    tiles = -(-151936 // kmod.SPLIT_BLOCK_SIZE)
+    assert f(4096, 151936, sms) == 1
+    # one token: one slice per tile
     assert f(1, 151936, sms) == tiles
-    # programs grow towards 2 per SM and never exceed the tiles
-    for T in (1, 2, 4, 8, 16, 32, 64, 128):
-        for V in (32000, 128256, 151936):
+    # vocabulary of one tile: nothing to split
+    assert f(1, blk, sms) == 1
+    # about _PROGRAMS_PER_SM programs per SM in between
+    assert f(128, 151936, sms) == 8
+    assert f(256, 151936, sms) == 4
+    assert f(512, 151936, sms) == 2
+    for T in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        for V in (1000, 32000, 128256, 151936):
             s = f(T, V, sms)
-            assert 1 <= s <= -(-V // kmod.SPLIT_BLOCK_SIZE)
-            if s > 1:
-                assert T * (s - 1) < 2 * sms
+            assert 1 <= s <= max(1, -(-V // blk))
+            assert s == 1 or T * s <= kmod._PROGRAMS_PER_SM * sms
     assert f(0, 151936, sms) == 1

@@ -38,14 +38,15 @@ import torch
 import triton
 import triton.language as tl
 
-# Tile of the split path: smaller, so that a slice can be one tile and a
-# single token still spreads over many SMs.
-SPLIT_BLOCK_SIZE = 4096
-SPLIT_NUM_WARPS = 8
-# The split path aims for at least this many programs per SM.
-_PROGRAMS_PER_SM = 2
-# At or above this many programs per SM the one-pass kernel is used.
-_ONE_PASS_TOKENS_PER_SM = 1.0
+# Tile and warps of every program.  1024 lanes x 4 warps (8 floats per thread)
+# keeps many programs resident per SM; on the H100 it was the fastest tile at
+# every benchmarked shape but two (results/gpu/0.22.0/kernel_001_run2_sweep.md).
+SPLIT_BLOCK_SIZE = 1024
+SPLIT_NUM_WARPS = 4
+# Aim for about this many programs per SM (8 x 132 = 1056 on the H100: the
+# best split count in the sweep was the one giving ~1024 programs at every
+# token count from 16 to 1024).
+_PROGRAMS_PER_SM = 8
 
 
 def choose_num_splits(
@@ -56,18 +57,16 @@ def choose_num_splits(
 ) -> int:
     """Number of vocabulary slices per draft token.
 
-    Returns 1 (one-pass kernel) when the draft tokens alone already give at
-    least ``_ONE_PASS_TOKENS_PER_SM`` programs per SM; otherwise enough slices
-    to reach ``_PROGRAMS_PER_SM`` programs per SM, at most one slice per
-    ``split_block_size`` tile, and never fewer than 2.
+    ``floor(_PROGRAMS_PER_SM * num_sms / num_tokens)``, clamped to
+    ``[1, number of split_block_size tiles]``: enough programs to fill the GPU
+    with few tokens, and one program per token (no second pass) once the
+    tokens alone fill it.
     """
     if num_tokens <= 0 or vocab_size <= 0:
         return 1
     num_tiles = triton.cdiv(vocab_size, split_block_size)
-    if num_tiles < 2 or num_tokens >= _ONE_PASS_TOKENS_PER_SM * num_sms:
-        return 1
-    want = triton.cdiv(_PROGRAMS_PER_SM * num_sms, num_tokens)
-    return max(2, min(num_tiles, want))
+    want = (_PROGRAMS_PER_SM * num_sms) // num_tokens
+    return max(1, min(num_tiles, want))
 
 
 @triton.jit

@@ -1,0 +1,319 @@
+"""CPU microbenchmark for seed 003: per-step sampler host work vs generated length.
+
+Measures, for a decode batch of B requests that have each generated L tokens:
+
+* penalties: building the padded [B, L] output-token tensor that `apply_all_penalties`
+  feeds to `apply_penalties` -- pristine `_convert_to_tensors` (+ the -1 mask fill) vs
+  patched `OutputTokensTensorBuilder.build` reading `InputBatch.token_ids_cpu`;
+* think scan: `ThinkingBudgetStateHolder.update_state` for B requests that are still
+  thinking (no end marker yet) -- pristine full rescan vs patched watermark scan.
+
+Each step appends one token per request (not timed) and then times one call; pristine
+and patched calls are interleaved in the same process. The penalty math itself
+(`apply_penalties` on [B, vocab] logits) is identical in both and not timed.
+
+Usage (from the repo root):
+    python scripts/bench_003_cpu.py --pin 0.22.0 [--out results/cpu/0.22.0/bench_003.json]
+Roots: the build tree's pristine tag and HEAD (verify.equivalence.roots), or the
+PATCHBENCH_PRISTINE_ROOT / PATCHBENCH_PATCHED_ROOT overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from verify.equivalence.roots import roots  # noqa: E402
+
+VOCAB = 151_936
+PROMPT_LEN = 512
+END_MARKER = [151_668]  # Qwen3 </think>
+START_MARKER = [151_667]  # Qwen3 <think>
+
+
+def _opaque_types_once() -> None:
+    """Both roots import vllm.utils.torch_utils, which registers an opaque type by name."""
+    try:
+        from torch._library import opaque_object
+    except ImportError:
+        return
+    original = opaque_object.register_opaque_type
+
+    def register_once(cls, *args, **kwargs):
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        known = opaque_object._OPAQUE_TYPES_BY_NAME.get(name)
+        if known is not None:
+            opaque_object._OPAQUE_TYPES[cls] = known
+            return None
+        return original(cls, *args, **kwargs)
+
+    opaque_object.register_opaque_type = register_once
+
+
+def _custom_ops_once(roots_) -> None:
+    """Both roots register the same `torch.ops.vllm.*` ops; skip the second registration
+    (none of them is called here)."""
+    import importlib
+    import inspect
+
+    for root in roots_:
+        with root.active():
+            tu = importlib.import_module("vllm.utils.torch_utils")
+            original = tu.direct_register_custom_op
+            signature = inspect.signature(original)
+
+            def register_once(*args, _orig=original, _sig=signature, _tu=tu, **kwargs):
+                bound = _sig.bind(*args, **kwargs)
+                lib = bound.arguments.get("target_lib") or _tu.vllm_lib
+                if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
+                    return None
+                return _orig(*args, **kwargs)
+
+            tu.direct_register_custom_op = register_once
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class PenaltyBatch:
+    def __init__(self, batch: int, length: int, rng: np.random.Generator, extra: int):
+        self.width = PROMPT_LEN + length + extra
+        self.token_ids = rng.integers(0, VOCAB, (batch, self.width), dtype=np.int32)
+        self.num_prompt = np.full(batch, PROMPT_LEN, dtype=np.int32)
+        self.num_tokens = np.full(batch, PROMPT_LEN + length, dtype=np.int32)
+        self.outputs = [
+            self.token_ids[i, PROMPT_LEN : PROMPT_LEN + length].tolist() for i in range(batch)
+        ]
+        self.rng = rng
+
+    def append(self) -> None:
+        new = self.rng.integers(0, VOCAB, len(self.outputs)).tolist()
+        for i, tok in enumerate(new):
+            pos = int(self.num_tokens[i])
+            self.token_ids[i, pos] = tok
+            self.num_tokens[i] = pos + 1
+            self.outputs[i].append(tok)
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bench_penalties(pr_pen, pa_pen, pristine, patched, batch, length, steps, rng):
+    pb = PenaltyBatch(batch, length, rng, extra=steps + 1)
+    builder = pa_pen.OutputTokensTensorBuilder(
+        pb.token_ids, pb.num_prompt, pb.num_tokens, pb.outputs, torch.device("cpu"), False
+    )
+    cpu = torch.device("cpu")
+
+    def run_pristine():
+        t = pr_pen._convert_to_tensors(pb.outputs, VOCAB, cpu)
+        t.masked_fill_(t == -1, VOCAB)
+        return t
+
+    def run_patched():
+        t = builder.build(pb.outputs, VOCAB, cpu)
+        assert t is not None
+        return t
+
+    with patched.active():  # warm-up (allocates the staging buffer)
+        run_patched()
+    t_pr, t_pa = [], []
+    for step in range(steps):
+        pb.append()
+        if step == 0:
+            with pristine.active():
+                ref = run_pristine().clone()
+            with patched.active():
+                assert torch.equal(run_patched(), ref), "patched tensor differs"
+            continue
+        if step % 2:
+            with pristine.active():
+                t_pr.append(_time(run_pristine))
+            with patched.active():
+                t_pa.append(_time(run_patched))
+        else:
+            with patched.active():
+                t_pa.append(_time(run_patched))
+            with pristine.active():
+                t_pr.append(_time(run_pristine))
+    return t_pr, t_pa
+
+
+def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, steps, rng):
+    cfg = SimpleNamespace(
+        reasoning_start_token_ids=START_MARKER, reasoning_end_token_ids=END_MARKER
+    )
+    # Thinking requests: the prompt ends with <think>, budget larger than any L.
+    prompt = rng.integers(0, 1000, PROMPT_LEN).tolist() + START_MARKER
+    holders = []
+    outputs = [rng.integers(0, 1000, length).tolist() for _ in range(batch)]
+    for root, mod, iface in ((pristine, pr_tbs, pr_if), (patched, pa_tbs, pa_if)):
+        with root.active():
+            h = mod.ThinkingBudgetStateHolder(cfg, batch, 0, torch.device("cpu"), False)
+            h.sync_batch(
+                SimpleNamespace(
+                    batch_size=batch,
+                    removed=[],
+                    added=[
+                        (i, SimpleNamespace(thinking_token_budget=10**9), prompt, outputs[i])
+                        for i in range(batch)
+                    ],
+                    moved=[],
+                )
+            )
+            h.update_state(outputs, None)  # first step: both scan everything once
+        holders.append((root, h))
+    t_pr, t_pa = [], []
+    for step in range(steps):
+        new = rng.integers(0, 1000, batch).tolist()
+        for out, tok in zip(outputs, new):
+            out.append(tok)
+        order = holders if step % 2 else holders[::-1]
+        for root, h in order:
+            with root.active():
+                dt = _time(lambda: h.update_state(outputs, None))
+            (t_pr if root is pristine else t_pa).append(dt)
+    states = [h._state for _, h in holders]
+    for idx, ref in states[0].items():
+        for key, value in ref.items():
+            assert states[1][idx][key] == value, (idx, key)
+    return t_pr, t_pa
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pin", default="0.22.0")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lengths", default="256,1024,4096,12288")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per L (0: auto)")
+    ap.add_argument("--out", default=None, help="JSON path (default results/cpu/PIN/bench_003.json)")
+    args = ap.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
+
+    _opaque_types_once()
+    overrides = bool(
+        os.environ.get("PATCHBENCH_PRISTINE_ROOT") and os.environ.get("PATCHBENCH_PATCHED_ROOT")
+    )
+    pristine, patched = roots(args.pin)
+    _custom_ops_once((pristine, patched))
+    pr_pen = pristine.load("vllm.v1.sample.ops.penalties")
+    pa_pen = patched.load("vllm.v1.sample.ops.penalties")
+    for mod in (pr_pen, pa_pen):  # no accelerator: do not pin the upstream tensor
+        if hasattr(mod, "is_pin_memory_available"):
+            mod.is_pin_memory_available = lambda: False
+        if hasattr(mod, "PIN_MEMORY"):
+            mod.PIN_MEMORY = False
+    pr_tbs = pristine.load("vllm.v1.sample.thinking_budget_state")
+    pa_tbs = patched.load("vllm.v1.sample.thinking_budget_state")
+    pr_if = pristine.load("vllm.v1.sample.logits_processor.interface")
+    pa_if = patched.load("vllm.v1.sample.logits_processor.interface")
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for length in lengths:
+        steps = args.steps or max(4, min(21, 60_000 // length))
+        p_pr, p_pa = bench_penalties(
+            pr_pen, pa_pen, pristine, patched, args.batch, length, steps, rng
+        )
+        think_steps = args.steps or max(3, min(11, 20_000 // length))
+        k_pr, k_pa = bench_think(
+            pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, args.batch, length, think_steps, rng
+        )
+        row = {
+            "L": length,
+            "penalties_steps": len(p_pr),
+            "penalties_pristine_ms": 1e3 * statistics.median(p_pr),
+            "penalties_patched_ms": 1e3 * statistics.median(p_pa),
+            "think_steps": len(k_pr),
+            "think_pristine_ms": 1e3 * statistics.median(k_pr),
+            "think_patched_ms": 1e3 * statistics.median(k_pa),
+        }
+        row["penalties_ratio"] = row["penalties_pristine_ms"] / row["penalties_patched_ms"]
+        row["think_ratio"] = row["think_pristine_ms"] / row["think_patched_ms"]
+        rows.append(row)
+        print(
+            f"L={length}: penalties {row['penalties_pristine_ms']:.3f} -> "
+            f"{row['penalties_patched_ms']:.3f} ms, think {row['think_pristine_ms']:.3f} -> "
+            f"{row['think_patched_ms']:.3f} ms",
+            flush=True,
+        )
+
+    print()
+    print(f"B={args.batch}, median ms per step (pristine vs patched, interleaved)")
+    hdr = f"{'L':>6} | {'pen pristine':>12} {'pen patched':>11} {'ratio':>7} | "
+    hdr += f"{'think pristine':>14} {'think patched':>13} {'ratio':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(
+            f"{r['L']:>6} | {r['penalties_pristine_ms']:>12.3f} {r['penalties_patched_ms']:>11.3f} "
+            f"{r['penalties_ratio']:>6.1f}x | {r['think_pristine_ms']:>14.3f} "
+            f"{r['think_patched_ms']:>13.3f} {r['think_ratio']:>7.1f}x"
+        )
+
+    result = {
+        "benchmark": "bench_003_cpu",
+        "seed": "003",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "pin": args.pin,
+        "roots": {
+            "pristine": str(pristine.path),
+            "patched": str(patched.path),
+            "env_overrides": overrides,
+        },
+        "versions": {
+            "vllm": args.pin,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+        },
+        "machine": {
+            "cpu_model": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "note": "shared 2-core machine; other jobs may run concurrently",
+        },
+        "params": {
+            "batch": args.batch,
+            "prompt_len": PROMPT_LEN,
+            "vocab_size": VOCAB,
+            "lengths": lengths,
+            "statistic": "median over timed steps, one token appended per request per step",
+            "penalties_timed": "output-token tensor build incl. -1 -> pad mapping (CPU device)",
+            "think_timed": "ThinkingBudgetStateHolder.update_state, all requests thinking",
+        },
+        "results": rows,
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
