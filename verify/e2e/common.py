@@ -135,7 +135,7 @@ def write_result(ctx: Context, step: str, seed: str, outcome: str, numbers: dict
     command = shlex.join(["python", "-m", "verify.e2e", *sys.argv[1:]])
     result = results.make(step, seed, ctx.version, outcome, {**ctx.numbers_header(), **numbers},
                           reason=reason, command=command, tables=tables)  # fmt: skip
-    path = results.write(result, "cpu", step)
+    path = results.write(result, "cpu", step, root=results_root())
     say(f"{step}: {outcome.upper()}{' - ' + reason if reason else ''} -> {path}")
     return path
 
@@ -145,7 +145,13 @@ def write_not_run(version: str, seed: str, step: str, reason: str) -> Path:
 
     command = shlex.join(["python", "-m", "verify.e2e", *sys.argv[1:]])
     result = results.make(step, seed, version, "not run", reason=reason, command=command)
-    return results.write(result, "cpu", step)
+    return results.write(result, "cpu", step, root=results_root())
+
+
+def results_root() -> Path | None:
+    """`PATCHBENCH_RESULTS_DIR` (tests point it at a temp dir), else the repo's results/."""
+    value = os.environ.get("PATCHBENCH_RESULTS_DIR")
+    return Path(value) if value else None
 
 
 def workdir(version: str, step: str) -> Path:

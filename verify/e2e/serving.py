@@ -108,9 +108,10 @@ class Server:
                 say(f"{self.label}: healthy after {self.startup_s:.0f}s")
                 return self.startup_s
             if time.monotonic() - started > self.health_timeout:
+                pid = self.proc.pid
                 self.stop()
                 raise ServerError(
-                    f"{self.label} (pid {self.proc.pid}) was not healthy at {self.url}/health "
+                    f"{self.label} (pid {pid}) was not healthy at {self.url}/health "
                     f"within {self.health_timeout:.0f}s; it was killed. Log tail ({self.log}):\n"
                     f"{log_tail(self.log)}"
                 )

@@ -1,0 +1,90 @@
+"""Token-identity comparison, CLI errors, and (slow) the broken-patch check on real vLLM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verify.e2e.identity import compare_generations
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _req(ids, lps):
+    return {"token_ids": ids, "logprobs": lps}
+
+
+def test_compare_identical_and_different():
+    a = {"greedy-0": _req([1, 2, 3], [-0.1, -0.2, -0.3]), "seeded-0": _req([4], [-1.0])}
+    assert compare_generations(a, json.loads(json.dumps(a))) == []
+    b = {"greedy-0": _req([1, 2, 9], [-0.1, -0.2, -0.3]), "seeded-0": _req([4], [-1.5])}
+    diffs = compare_generations(a, b)
+    assert [(d["request"], d["what"]) for d in diffs] == [("greedy-0", "token_ids"),
+                                                          ("seeded-0", "logprobs")]
+    assert diffs[0]["first_position"] == 2
+    assert compare_generations(a, {"greedy-0": a["greedy-0"]})[0]["what"] == "missing in B"
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "verify.e2e", "tokens", "--model",
+                           str(tmp_path / "no-such-model")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert "model path does not exist" in proc.stderr and "no-such-model" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_model_dir_without_config(tmp_path):
+    from verify.e2e.common import check_model_path
+    from verify.errors import PatchbenchError
+
+    with pytest.raises(PatchbenchError, match="no config.json"):
+        check_model_path(tmp_path)
+
+
+BROKEN_LINE = ("    output_tokens_t = _convert_to_tensors(output_token_ids, vocab_size, "
+               "logits.device)\n")  # fmt: skip
+BROKEN_REPLACEMENT = ("    output_tokens_t = _convert_to_tensors([ids[:-1] for ids in "
+                      "output_token_ids], vocab_size, logits.device)\n")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_broken_patch_fails_token_identity(tmp_path, monkeypatch):
+    """A patch that drops the last output token from the penalties changes sampled tokens: the
+    token-identity step must fail (exit 1) and name the penalty requests."""
+    from verify import runtime
+
+    venv = runtime.ensure_venv("0.22.0")
+    site = runtime._site_packages(venv)
+    rel = "vllm/v1/sample/ops/penalties.py"
+    tree = tmp_path / "tree"
+    (tree / rel).parent.mkdir(parents=True)
+    shutil.copy(site / rel, tree / rel)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:1], "init", "-q", str(tree)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "pristine"], check=True)
+    subprocess.run([*git, "tag", "pristine"], check=True)
+    text = (tree / rel).read_text()
+    assert BROKEN_LINE in text
+    (tree / rel).write_text(text.replace(BROKEN_LINE, BROKEN_REPLACEMENT))
+    subprocess.run([*git, "commit", "-qam", "[Bug] penalties skip the last token"], check=True)
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify.e2e", "tokens", "--tree", str(tree), "--quick",
+         "--prompts", "1", "--max-tokens", "128"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1500,
+        env={**__import__("os").environ, "PATCHBENCH_RESULTS_DIR": str(results)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "token identity FAILED" in proc.stdout
+    result = json.loads((results / "cpu/0.22.0/e2e-token-identity.json").read_text())
+    assert result["outcome"] == "fail"
+    differing = {d["request"] for d in result["numbers"]["differing"]}
+    assert differing and all("penalties" in name for name in differing), differing
+    assert not any(name.startswith(("greedy", "seeded")) for name in differing)

@@ -1,0 +1,114 @@
+"""Server lifecycle and bench parsing with fake servers (no vLLM needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from verify.e2e import serving
+from verify.e2e.serving import Server, ServerError
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie of ours counts as gone
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _fake(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(textwrap.dedent(body))
+    return [sys.executable, str(script)]
+
+
+NEVER_HEALTHY = """
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open(sys.argv[0] + ".child", "w").write(str(child.pid))
+    print("fake engine: loading weights forever", flush=True)
+    time.sleep(300)
+"""
+
+HEALTHY = """
+    import http.server, sys
+    port = int(sys.argv[1])
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+        def log_message(self, *a): pass
+    print("serving", flush=True)
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_never_healthy_fails_with_log_tail_and_leaves_no_process(tmp_path):
+    port = serving.free_port()
+    cmd = _fake(tmp_path, NEVER_HEALTHY)
+    srv = Server(cmd, dict(os.environ), port, tmp_path / "server.log", health_timeout=3)
+    srv.start()
+    pid = srv.proc.pid
+    with pytest.raises(ServerError) as err:
+        srv.wait_healthy()
+    msg = str(err.value)
+    assert "was not healthy" in msg and "within 3s" in msg and "it was killed" in msg
+    assert "fake engine: loading weights forever" in msg  # the log tail
+    child = int(Path(cmd[1] + ".child").read_text())
+    time.sleep(0.5)
+    assert not _alive(pid) and not _alive(child)
+
+
+def test_server_that_exits_early(tmp_path):
+    cmd = _fake(tmp_path, "import sys; print('boom: bad flag', flush=True); sys.exit(3)")
+    srv = Server(cmd, dict(os.environ), serving.free_port(), tmp_path / "s.log", health_timeout=30)
+    with pytest.raises(ServerError, match=r"exited with code 3 before it was healthy(.|\n)*boom"):
+        with srv:
+            pass
+
+
+def test_port_in_use_is_refused_before_starting(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        srv = Server([sys.executable, "-c", "pass"], dict(os.environ), port, tmp_path / "s.log")
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            srv.start()
+        assert srv.proc is None
+
+
+def test_healthy_server_context_stops_it(tmp_path):
+    port = serving.free_port()
+    cmd = [*_fake(tmp_path, HEALTHY), str(port)]
+    with Server(cmd, dict(os.environ), port, tmp_path / "s.log", health_timeout=30) as srv:
+        pid = srv.proc.pid
+        assert srv.healthy() and srv.startup_s is not None
+    time.sleep(0.3)
+    assert not _alive(pid)
+
+
+def test_parse_bench_and_ratio_ci(tmp_path):
+    data = {m: 10.0 for m in serving.METRICS}
+    data["completed"] = 16
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    assert serving.parse_bench(path)["output_throughput"] == 10.0
+    path.write_text(json.dumps({"output_throughput": 1}))
+    with pytest.raises(serving.PatchbenchError, match="lacks"):
+        serving.parse_bench(path)
+    ci = serving.ratio_ci([100, 100, 100], [110, 90, 100])
+    assert ci["ratio"] == pytest.approx(1.0) and ci["ci95"][0] < 1 < ci["ci95"][1]
+    assert serving.ratio_ci([100], [105])["ci95"] == [None, None]
