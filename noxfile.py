@@ -123,3 +123,38 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+# --- CPU tier (issue 7) ---
+# Sessions exist for every pin that has a CPU runtime recipe (verify/runtime.py:RECIPES). They
+# run in the current environment: the steps build their own cached runtime venv. Arguments after
+# `--` go to `python -m verify.e2e` (e.g. `nox -s e2e-0.22.0 -- --quick --tree DIR --model M`).
+def _cpu_pins() -> list[str]:
+    from verify.runtime import RECIPES
+
+    return [v for v in PINNED if v in RECIPES]
+
+
+def _e2e(session: nox.Session, *args: str) -> None:
+    session.run(sys.executable, "-m", "verify.e2e", *args, *session.posargs, external=True)
+
+
+for _v in _cpu_pins():
+
+    @nox.session(name=f"e2e-{_v}", venv_backend="none")
+    def _e2e_session(session: nox.Session, _v: str = _v) -> None:
+        """CPU e2e: token identity + embeddings A/B, then the broken-patch test (must fail)."""
+        _e2e(session, "tokens", "--version", _v)
+        _e2e(session, "embed", "--version", _v)
+        session.run(sys.executable, "-m", "pytest", "tests/cpu_tier", "-m", "slow", "-q",
+                    env={"PATCHBENCH_SLOW": "1"}, external=True)  # fmt: skip
+
+    @nox.session(name=f"serve-bench-{_v}", venv_backend="none")
+    def _serve_bench_session(session: nox.Session, _v: str = _v) -> None:
+        """CPU: vllm serve + vllm bench serve, interleaved A/B, ratio with 95% CI."""
+        _e2e(session, "serve-bench", "--version", _v)
+
+    @nox.session(name=f"gsm8k-{_v}", venv_backend="none")
+    def _gsm8k_session(session: nox.Session, _v: str = _v) -> None:
+        """CPU: lm_eval gsm8k (local data) against both served roots; identical responses."""
+        _e2e(session, "gsm8k", "--version", _v)

@@ -72,7 +72,7 @@ _COMPILED_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hpp", ".S")
 _COMPILED_NAMES = ("CMakeLists.txt", "setup.py")
 _COMPILED_DIRS = ("csrc/", "cmake/")
 
-_CLI_LAUNCHER = '''"""Start the vLLM CLI (`vllm ...`) without the console script (see verify/runtime.py)."""
+_CLI_LAUNCHER = '''"""Start the vLLM CLI without the console script (verify/runtime.py)."""
 import sys
 
 from vllm.entrypoints.cli.main import main
@@ -84,7 +84,9 @@ if __name__ == "__main__":
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("PATCHBENCH_CACHE_DIR") or Path.home() / ".cache" / "vllm-patchbench")
+    return Path(
+        os.environ.get("PATCHBENCH_CACHE_DIR") or Path.home() / ".cache" / "vllm-patchbench"
+    )
 
 
 def recipe(version: str) -> dict:
@@ -226,11 +228,15 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
         seconds = time.monotonic() - started
         (final / MARKER).write_text(
             json.dumps(
-                {"version": version, "recipe": recipe(version), "seconds": round(seconds, 1),
-                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                {
+                    "version": version,
+                    "recipe": recipe(version),
+                    "seconds": round(seconds, 1),
+                    "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
                 indent=1,
             )
-        )  # fmt: skip
+        )
         say(f"runtime venv ready in {seconds:.0f}s: {final}")
         return final
 
@@ -278,8 +284,9 @@ def series_info(tree: Path) -> SeriesInfo:
     diff = _git_bytes(tree, "diff", "--binary", "--full-index", "pristine", "HEAD") or b""
     files = _git(tree, "diff", "--name-only", "--no-renames", "pristine", "HEAD").split()
     per_commit = []
-    log = _git(tree, "log", "--reverse", "--no-renames", "--format=%x00%s", "--name-only",
-               "pristine..HEAD")  # fmt: skip
+    log = _git(
+        tree, "log", "--reverse", "--no-renames", "--format=%x00%s", "--name-only", "pristine..HEAD"
+    )
     for chunk in log.split("\x00")[1:]:
         lines = [line for line in chunk.splitlines() if line.strip()]
         per_commit.append((lines[0], lines[1:]))
@@ -365,8 +372,9 @@ class Runtime:
             "'torch': torch.__version__, 'python': platform.python_version(),"
             "'transformers': m.version('transformers')}))"
         )
-        out = subprocess.run([self.python, "-c", code], capture_output=True, text=True,
-                             env=self.env("pristine"))  # fmt: skip
+        out = subprocess.run(
+            [self.python, "-c", code], capture_output=True, text=True, env=self.env("pristine")
+        )
         if out.returncode:
             raise PatchbenchError(f"runtime venv {self.venv} is broken: {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -404,8 +412,9 @@ def default_tree(version: str) -> Path:
     return build_root() / version
 
 
-def get_runtime(version: str, tree: Path | None = None, *, patched: bool = True,
-                say=print) -> Runtime:  # fmt: skip
+def get_runtime(
+    version: str, tree: Path | None = None, *, patched: bool = True, say=print
+) -> Runtime:
     venv = ensure_venv(version, say=say)
     site = _site_packages(venv)
     info = overlay = None
@@ -416,7 +425,9 @@ def get_runtime(version: str, tree: Path | None = None, *, patched: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verify.runtime", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m verify.runtime", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("version")
     parser.add_argument("--tree", type=Path, help="build tree (default build/<version>)")
     parser.add_argument("--no-patched", action="store_true", help="only build the venv")

@@ -151,23 +151,28 @@ def build_weights(out: Path, kind: str, vocab: int, eos_id: int, pad_id: int) ->
     }
     h, inter, hd = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["head_dim"]
     nq, nkv = SHAPE["num_attention_heads"], SHAPE["num_key_value_heads"]
-    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,),
-              "lm_head.weight": (vocab, h)}
+    shapes = {
+        "model.embed_tokens.weight": (vocab, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (vocab, h),
+    }
     for i in range(SHAPE["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (nq * hd, h),
-            p + "self_attn.k_proj.weight": (nkv * hd, h),
-            p + "self_attn.v_proj.weight": (nkv * hd, h),
-            p + "self_attn.o_proj.weight": (h, nq * hd),
-            p + "self_attn.q_norm.weight": (hd,),
-            p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (inter, h),
-            p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter),
-        })  # fmt: skip
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (nq * hd, h),
+                p + "self_attn.k_proj.weight": (nkv * hd, h),
+                p + "self_attn.v_proj.weight": (nkv * hd, h),
+                p + "self_attn.o_proj.weight": (h, nq * hd),
+                p + "self_attn.q_norm.weight": (hd,),
+                p + "self_attn.k_norm.weight": (hd,),
+                p + "mlp.gate_proj.weight": (inter, h),
+                p + "mlp.up_proj.weight": (inter, h),
+                p + "mlp.down_proj.weight": (h, inter),
+            }
+        )
     gen = torch.Generator().manual_seed(SEEDS[kind])
     tensors = {}
     for name in sorted(shapes):
@@ -221,8 +226,9 @@ def ensure_model(kind: str, python: str, say=print) -> tuple[Path, float]:
     if not data_path().is_file():
         from verify.errors import PatchbenchError
 
-        raise PatchbenchError(f"gsm8k training data not found at {data_path()} "
-                              "(set PATCHBENCH_GSM8K_TRAIN)")  # fmt: skip
+        raise PatchbenchError(
+            f"gsm8k training data not found at {data_path()} (set PATCHBENCH_GSM8K_TRAIN)"
+        )
     final = model_dir(kind)
     if (final / "MANIFEST.json").is_file():
         return final, 0.0
@@ -230,8 +236,11 @@ def ensure_model(kind: str, python: str, say=print) -> tuple[Path, float]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     started = time.monotonic()
     try:
-        subprocess.run([python, str(HERE), "_build", "--kind", kind, "--out", str(tmp / "m")],
-                       check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
+        subprocess.run(
+            [python, str(HERE), "_build", "--kind", kind, "--out", str(tmp / "m")],
+            check=True,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp / "m", final)
     finally:

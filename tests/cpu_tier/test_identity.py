@@ -24,16 +24,22 @@ def test_compare_identical_and_different():
     assert compare_generations(a, json.loads(json.dumps(a))) == []
     b = {"greedy-0": _req([1, 2, 9], [-0.1, -0.2, -0.3]), "seeded-0": _req([4], [-1.5])}
     diffs = compare_generations(a, b)
-    assert [(d["request"], d["what"]) for d in diffs] == [("greedy-0", "token_ids"),
-                                                          ("seeded-0", "logprobs")]
+    assert [(d["request"], d["what"]) for d in diffs] == [
+        ("greedy-0", "token_ids"),
+        ("seeded-0", "logprobs"),
+    ]
     assert diffs[0]["first_position"] == 2
     assert compare_generations(a, {"greedy-0": a["greedy-0"]})[0]["what"] == "missing in B"
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "verify.e2e", "tokens", "--model",
-                           str(tmp_path / "no-such-model")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify.e2e", "tokens", "--model", str(tmp_path / "no-such-model")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "model path does not exist" in proc.stderr and "no-such-model" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -47,10 +53,13 @@ def test_model_dir_without_config(tmp_path):
         check_model_path(tmp_path)
 
 
-BROKEN_LINE = ("    output_tokens_t = _convert_to_tensors(output_token_ids, vocab_size, "
-               "logits.device)\n")  # fmt: skip
-BROKEN_REPLACEMENT = ("    output_tokens_t = _convert_to_tensors([ids[:-1] for ids in "
-                      "output_token_ids], vocab_size, logits.device)\n")  # fmt: skip
+BROKEN_LINE = (
+    "    output_tokens_t = _convert_to_tensors(output_token_ids, vocab_size, logits.device)\n"
+)
+BROKEN_REPLACEMENT = (
+    "    output_tokens_t = _convert_to_tensors([ids[:-1] for ids in "
+    "output_token_ids], vocab_size, logits.device)\n"
+)
 
 
 @pytest.mark.slow
@@ -76,11 +85,25 @@ def test_broken_patch_fails_token_identity(tmp_path, monkeypatch):
     subprocess.run([*git, "commit", "-qam", "[Bug] penalties skip the last token"], check=True)
     results = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "verify.e2e", "tokens", "--tree", str(tree), "--quick",
-         "--prompts", "1", "--max-tokens", "128"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1500,
+        [
+            sys.executable,
+            "-m",
+            "verify.e2e",
+            "tokens",
+            "--tree",
+            str(tree),
+            "--quick",
+            "--prompts",
+            "1",
+            "--max-tokens",
+            "128",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
         env={**__import__("os").environ, "PATCHBENCH_RESULTS_DIR": str(results)},
-    )  # fmt: skip
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "token identity FAILED" in proc.stdout
     result = json.loads((results / "cpu/0.22.0/e2e-token-identity.json").read_text())

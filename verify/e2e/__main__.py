@@ -22,15 +22,18 @@ from verify.errors import PatchbenchError
 STEPS = ("tokens", "embed", "serve-bench", "gsm8k", "serve", "all")
 NOT_RUN_ON_CPU = {
     "000": "MRV2 sampler: vLLM runs its V1 model runner on CPU (Triton has no CPU driver), so the "
-           "Model Runner V2 sampler path this patch changes is not run on CPU: GPU tier only",
+    "Model Runner V2 sampler path this patch changes is not run on CPU: GPU tier only",
     "001": "Triton kernel (rejection sampler): Triton has no CPU driver, so vLLM on CPU never "
-           "launches it: not run on CPU, GPU tier only",
-}  # fmt: skip
+    "launches it: not run on CPU, GPU tier only",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verify.e2e", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m verify.e2e",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("step", choices=STEPS)
     p.add_argument("--version", default="0.22.0")
     p.add_argument("--model", help="local model dir (default: the built-in tiny Qwen3)")
@@ -60,7 +63,9 @@ def run(args: argparse.Namespace) -> bool:
     step = args.step
     if step in ("tokens", "all"):
         ok &= identity.token_identity(
-            ctx, max_tokens=args.max_tokens or (192 if q else 384), prompts=args.prompts or (2 if q else 4)
+            ctx,
+            max_tokens=args.max_tokens or (192 if q else 384),
+            prompts=args.prompts or (2 if q else 4),
         )
     if step in ("embed", "all"):
         if args.embed_model:
@@ -69,12 +74,17 @@ def run(args: argparse.Namespace) -> bool:
             embed_model, built = ensure_model("embed", ctx.runtime.python, say=common.say)
             ctx.timings["embed_model_build_s"] = round(built, 1)
         ok &= identity.embeddings(ctx, embed_model)
-    bench_kw = {"repeats": args.repeats or (2 if q else 3),
-                "num_prompts": args.num_prompts or (16 if q else 32),
-                "health_timeout": args.health_timeout}  # fmt: skip
+    bench_kw = {
+        "repeats": args.repeats or (2 if q else 3),
+        "num_prompts": args.num_prompts or (16 if q else 32),
+        "health_timeout": args.health_timeout,
+    }
     limit = args.limit if args.limit is not None else (10 if q else 50)
-    gsm_kw = {"limit": limit or None, "max_gen_toks": 128 if q else 256,
-              "health_timeout": args.health_timeout}  # fmt: skip
+    gsm_kw = {
+        "limit": limit or None,
+        "max_gen_toks": 128 if q else 256,
+        "health_timeout": args.health_timeout,
+    }
     if step == "serve-bench":
         ok &= serving.serve_bench(ctx, **bench_kw)
     if step == "gsm8k":
@@ -84,8 +94,10 @@ def run(args: argparse.Namespace) -> bool:
         with serving.ab_servers(ctx, work, args.health_timeout) as servers:
             ok &= serving.serve_bench(ctx, servers=servers, **bench_kw)
             ok &= accuracy.gsm8k(ctx, servers=servers, **gsm_kw)
-    common.say(f"{step}: {'PASS' if ok else 'FAIL'} in {time.monotonic() - started:.0f}s "
-               f"(setup {ctx.timings})")  # fmt: skip
+    common.say(
+        f"{step}: {'PASS' if ok else 'FAIL'} in {time.monotonic() - started:.0f}s "
+        f"(setup {ctx.timings})"
+    )
     return bool(ok)
 
 

@@ -80,21 +80,44 @@ def write_task(dest: Path, max_gen_toks: int) -> Path:
     data = data_dir()
     for split in ("train", "test"):
         if not (data / f"{split}.jsonl").is_file():
-            raise PatchbenchError(f"gsm8k {split} split not found at {data}/{split}.jsonl "
-                                  "(set PATCHBENCH_GSM8K_DIR)")  # fmt: skip
+            raise PatchbenchError(
+                f"gsm8k {split} split not found at {data}/{split}.jsonl (set PATCHBENCH_GSM8K_DIR)"
+            )
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "gsm8k_local.yaml").write_text(TASK_YAML.format(
-        train=data / "train.jsonl", test=data / "test.jsonl", max_gen_toks=max_gen_toks))
+    (dest / "gsm8k_local.yaml").write_text(
+        TASK_YAML.format(
+            train=data / "train.jsonl", test=data / "test.jsonl", max_gen_toks=max_gen_toks
+        )
+    )
     return dest
 
 
 def lm_eval_cmd(ctx: Context, url: str, tasks_dir: Path, out: Path, limit: int | None) -> list[str]:
-    model_args = (f"base_url={url}/v1/completions,model=tiny,tokenizer_backend=huggingface,"
-                  f"tokenizer={ctx.model},num_concurrent=4,max_retries=2,tokenized_requests=False,"
-                  "max_length=4096,seed=0")  # fmt: skip
-    cmd = [ctx.runtime.python, "-m", "lm_eval", "--model", "local-completions",
-           "--model_args", model_args, "--tasks", "gsm8k_local", "--include_path", str(tasks_dir),
-           "--output_path", str(out), "--log_samples", "--seed", "0", "--batch_size", "1"]  # fmt: skip
+    model_args = (
+        f"base_url={url}/v1/completions,model=tiny,tokenizer_backend=huggingface,"
+        f"tokenizer={ctx.model},num_concurrent=4,max_retries=2,tokenized_requests=False,"
+        "max_length=4096,seed=0"
+    )
+    cmd = [
+        ctx.runtime.python,
+        "-m",
+        "lm_eval",
+        "--model",
+        "local-completions",
+        "--model_args",
+        model_args,
+        "--tasks",
+        "gsm8k_local",
+        "--include_path",
+        str(tasks_dir),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        "--seed",
+        "0",
+        "--batch_size",
+        "1",
+    ]
     if limit:
         cmd += ["--limit", str(limit)]
     return cmd
@@ -110,8 +133,14 @@ def _load(out: Path) -> tuple[dict, list[dict]]:
     return res, sorted(rows, key=lambda r: r["doc_id"])
 
 
-def gsm8k(ctx: Context, *, limit: int | None = 50, max_gen_toks: int = 256,
-          health_timeout: float = 600, servers=None) -> bool:  # fmt: skip
+def gsm8k(
+    ctx: Context,
+    *,
+    limit: int | None = 50,
+    max_gen_toks: int = 256,
+    health_timeout: float = 600,
+    servers=None,
+) -> bool:
     work = workdir(ctx.version, "gsm8k")
     tasks = write_task(work / "tasks", max_gen_toks)
     started = time.monotonic()
@@ -127,8 +156,9 @@ def gsm8k(ctx: Context, *, limit: int | None = 50, max_gen_toks: int = 256,
             t0 = time.monotonic()
             env = {**ctx.runtime.env("pristine"), "HF_DATASETS_CACHE": str(work / "hf-datasets")}
             with open(log, "w") as fh:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                      timeout=3000, cwd=work)  # fmt: skip
+                proc = subprocess.run(
+                    cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=3000, cwd=work
+                )
             if proc.returncode:
                 raise PatchbenchError(f"lm_eval failed ({root}); log tail:\n{log_tail(log)}")
             timing[root] = round(time.monotonic() - t0, 1)
@@ -140,19 +170,24 @@ def gsm8k(ctx: Context, *, limit: int | None = 50, max_gen_toks: int = 256,
             differing.append(sa["doc_id"])
     equal_scores = all(scores["pristine"][k] == scores["patched"][k] for k in keys)
     numbers = {
-        "limit": limit, "max_gen_toks": max_gen_toks, "n_samples": len(samples["pristine"]),
+        "limit": limit,
+        "max_gen_toks": max_gen_toks,
+        "n_samples": len(samples["pristine"]),
         "scores": {r: {k: scores[r][k] for k in scores[r] if "exact_match" in k} for r in scores},
-        "differing_doc_ids": differing, "lm_eval_s": timing,
+        "differing_doc_ids": differing,
+        "lm_eval_s": timing,
         "step_s": round(time.monotonic() - started, 1),
         "command_example": lm_eval_cmd(ctx, "http://127.0.0.1:PORT", tasks, work / "OUT", limit),
         "note": "random-weight tiny model: a score of ~0 is expected; the A/B identity of every "
-                "response is what this step proves",
+        "response is what this step proves",
         "workdir": str(work),
-    }  # fmt: skip
+    }
     say(f"gsm8k scores: {numbers['scores']} (random weights: ~0 is expected)")
     if differing or not equal_scores:
-        reason = (f"{len(differing)} of {len(samples['pristine'])} responses differ"
-                  f"{'' if equal_scores else ' and the scores differ'}")  # fmt: skip
+        reason = (
+            f"{len(differing)} of {len(samples['pristine'])} responses differ"
+            f"{'' if equal_scores else ' and the scores differ'}"
+        )
         write_result(ctx, "e2e-gsm8k", "series", "fail", numbers, reason=reason)
         return False
     write_result(ctx, "e2e-gsm8k", "series", "pass", numbers)

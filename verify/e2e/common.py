@@ -97,11 +97,26 @@ def setup(version: str, model: str | None, tree: str | None, kind: str = "chat")
     return ctx
 
 
-def run_worker(ctx: Context, root: str, mode: str, out: Path, *extra: str,
-               timeout: float = 1800, model: Path | None = None) -> dict:  # fmt: skip
+def run_worker(
+    ctx: Context,
+    root: str,
+    mode: str,
+    out: Path,
+    *extra: str,
+    timeout: float = 1800,
+    model: Path | None = None,
+) -> dict:
     rt = ctx.runtime
-    cmd = [rt.python, str(WORKER), mode, "--model", str(model or ctx.model), "--out", str(out),
-           *extra]  # fmt: skip
+    cmd = [
+        rt.python,
+        str(WORKER),
+        mode,
+        "--model",
+        str(model or ctx.model),
+        "--out",
+        str(out),
+        *extra,
+    ]
     log = out.with_suffix(".log")
     env = rt.env(root)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(SHIMS)]))
@@ -109,8 +124,14 @@ def run_worker(ctx: Context, root: str, mode: str, out: Path, *extra: str,
     started = time.monotonic()
     with open(log, "w") as fh:
         try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                  timeout=timeout, cwd=tempfile.gettempdir())  # fmt: skip
+            proc = subprocess.run(
+                cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=timeout,
+                cwd=tempfile.gettempdir(),
+            )
         except subprocess.TimeoutExpired:
             raise PatchbenchError(
                 f"{mode} worker ({root}) ran past {timeout:.0f}s; log tail:\n{log_tail(log)}"
@@ -128,13 +149,28 @@ def run_worker(ctx: Context, root: str, mode: str, out: Path, *extra: str,
     return data
 
 
-def write_result(ctx: Context, step: str, seed: str, outcome: str, numbers: dict,
-                 reason: str = "", tables: list[str] | None = None) -> Path:  # fmt: skip
+def write_result(
+    ctx: Context,
+    step: str,
+    seed: str,
+    outcome: str,
+    numbers: dict,
+    reason: str = "",
+    tables: list[str] | None = None,
+) -> Path:
     from verify import results
 
     command = shlex.join(["python", "-m", "verify.e2e", *sys.argv[1:]])
-    result = results.make(step, seed, ctx.version, outcome, {**ctx.numbers_header(), **numbers},
-                          reason=reason, command=command, tables=tables)  # fmt: skip
+    result = results.make(
+        step,
+        seed,
+        ctx.version,
+        outcome,
+        {**ctx.numbers_header(), **numbers},
+        reason=reason,
+        command=command,
+        tables=tables,
+    )
     path = results.write(result, "cpu", step, root=results_root())
     say(f"{step}: {outcome.upper()}{' - ' + reason if reason else ''} -> {path}")
     return path

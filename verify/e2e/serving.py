@@ -21,16 +21,53 @@ from verify.e2e.common import Context, log_tail, say, workdir, write_result
 from verify.errors import PatchbenchError
 
 METRICS = [
-    "output_throughput", "request_throughput", "total_token_throughput",
-    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
-]  # fmt: skip
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+]
 
 # two-sided 95% t quantiles, df = 1..30
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+_T95 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 class ServerError(PatchbenchError):
@@ -67,8 +104,16 @@ def _pid_alive(pid: int) -> bool:
 class Server:
     """One server process (its own process group, so stopping it leaves no child behind)."""
 
-    def __init__(self, cmd: list[str], env: dict, port: int, log: Path, label: str = "server",
-                 health_timeout: float = 600, host: str = "127.0.0.1"):  # fmt: skip
+    def __init__(
+        self,
+        cmd: list[str],
+        env: dict,
+        port: int,
+        log: Path,
+        label: str = "server",
+        health_timeout: float = 600,
+        host: str = "127.0.0.1",
+    ):
         self.cmd, self.env, self.port, self.log = cmd, env, port, Path(log)
         self.label, self.health_timeout, self.host = label, health_timeout, host
         self.proc: subprocess.Popen | None = None
@@ -82,8 +127,13 @@ class Server:
         require_port_free(self.port, self.host)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.log, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.cmd, stdout=self._fh, stderr=subprocess.STDOUT,
-                                     env=self.env, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
         say(f"{self.label}: started pid {self.proc.pid} on {self.url} (log {self.log})")
         return self
 
@@ -101,8 +151,10 @@ class Server:
             if code is not None:
                 tail = log_tail(self.log)
                 self.stop()
-                raise ServerError(f"{self.label} exited with code {code} before it was "
-                                  f"healthy; log tail ({self.log}):\n{tail}")  # fmt: skip
+                raise ServerError(
+                    f"{self.label} exited with code {code} before it was "
+                    f"healthy; log tail ({self.log}):\n{tail}"
+                )
             if self.healthy():
                 self.startup_s = time.monotonic() - started
                 say(f"{self.label}: healthy after {self.startup_s:.0f}s")
@@ -151,10 +203,23 @@ class Server:
 
 def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
     return ctx.runtime.vllm_cmd(
-        "serve", str(ctx.model), "--host", "127.0.0.1", "--port", str(port),
-        "--served-model-name", "tiny", "--max-model-len", str(max_model_len),
-        "--seed", "0", "--enforce-eager", "--disable-log-stats", "--uvicorn-log-level", "warning",
-    )  # fmt: skip
+        "serve",
+        str(ctx.model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        str(max_model_len),
+        "--seed",
+        "0",
+        "--enforce-eager",
+        "--disable-log-stats",
+        "--uvicorn-log-level",
+        "warning",
+    )
 
 
 @contextlib.contextmanager
@@ -164,9 +229,14 @@ def ab_servers(ctx: Context, work: Path, health_timeout: float = 600):
     try:
         for root in ("pristine", "patched"):
             port = free_port()
-            srv = Server(serve_cmd(ctx, port), ctx.runtime.env(root), port,
-                         work / f"server-{root}.log", label=f"vllm serve ({root})",
-                         health_timeout=health_timeout)  # fmt: skip
+            srv = Server(
+                serve_cmd(ctx, port),
+                ctx.runtime.env(root),
+                port,
+                work / f"server-{root}.log",
+                label=f"vllm serve ({root})",
+                health_timeout=health_timeout,
+            )
             servers[root] = srv
             srv.start()
             srv.wait_healthy()
@@ -176,16 +246,47 @@ def ab_servers(ctx: Context, work: Path, health_timeout: float = 600):
             srv.stop()
 
 
-def bench_cmd(ctx: Context, srv: Server, out_dir: Path, name: str, num_prompts: int,
-              input_len: int, output_len: int, seed: int) -> list[str]:  # fmt: skip
+def bench_cmd(
+    ctx: Context,
+    srv: Server,
+    out_dir: Path,
+    name: str,
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    seed: int,
+) -> list[str]:
     return ctx.runtime.vllm_cmd(
-        "bench", "serve", "--backend", "vllm", "--base-url", srv.url, "--endpoint",
-        "/v1/completions", "--model", "tiny", "--tokenizer", str(ctx.model),
-        "--dataset-name", "random", "--random-input-len", str(input_len),
-        "--random-output-len", str(output_len), "--num-prompts", str(num_prompts),
-        "--ignore-eos", "--seed", str(seed), "--save-result", "--result-dir", str(out_dir),
-        "--result-filename", name, "--disable-tqdm",
-    )  # fmt: skip
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        srv.url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "tiny",
+        "--tokenizer",
+        str(ctx.model),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--ignore-eos",
+        "--seed",
+        str(seed),
+        "--save-result",
+        "--result-dir",
+        str(out_dir),
+        "--result-filename",
+        name,
+        "--disable-tqdm",
+    )
 
 
 def parse_bench(path: Path) -> dict[str, float]:
@@ -209,32 +310,54 @@ def ratio_ci(a: list[float], b: list[float]) -> dict:
     return {"ratio": mean, "ci95": [mean - half, mean + half], "n": n}
 
 
-def run_bench(ctx: Context, servers: dict[str, Server], work: Path, repeats: int,
-              num_prompts: int, input_len: int, output_len: int) -> dict:  # fmt: skip
+def run_bench(
+    ctx: Context,
+    servers: dict[str, Server],
+    work: Path,
+    repeats: int,
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+) -> dict:
     runs: dict[str, list[dict]] = {"pristine": [], "patched": []}
     for rep in range(repeats):
         order = ("pristine", "patched") if rep % 2 == 0 else ("patched", "pristine")
         for root in order:
             name = f"bench-{root}-{rep}.json"
-            cmd = bench_cmd(ctx, servers[root], work, name, num_prompts, input_len, output_len,
-                            seed=rep)  # fmt: skip
+            cmd = bench_cmd(
+                ctx, servers[root], work, name, num_prompts, input_len, output_len, seed=rep
+            )
             log = work / f"bench-{root}-{rep}.log"
             with open(log, "w") as fh:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                      env=ctx.runtime.env("pristine"), timeout=1200)  # fmt: skip
+                proc = subprocess.run(
+                    cmd,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=ctx.runtime.env("pristine"),
+                    timeout=1200,
+                )
             if proc.returncode:
-                raise PatchbenchError(f"vllm bench serve failed ({root}, repeat {rep}); log "
-                                      f"tail:\n{log_tail(log)}")  # fmt: skip
+                raise PatchbenchError(
+                    f"vllm bench serve failed ({root}, repeat {rep}); log tail:\n{log_tail(log)}"
+                )
             runs[root].append(parse_bench(work / name))
             say(f"bench {root} #{rep}: {runs[root][-1]['output_throughput']:.1f} output tok/s")
     summary = {}
     for m in METRICS:
         a = [r[m] for r in runs["pristine"]]
         b = [r[m] for r in runs["patched"]]
-        summary[m] = {"pristine_mean": statistics.fmean(a), "patched_mean": statistics.fmean(b),
-                      **ratio_ci(a, b)}  # fmt: skip
-    return {"runs": runs, "summary": summary, "bench_command_example": bench_cmd(
-        ctx, servers["pristine"], work, "X.json", num_prompts, input_len, output_len, 0)}
+        summary[m] = {
+            "pristine_mean": statistics.fmean(a),
+            "patched_mean": statistics.fmean(b),
+            **ratio_ci(a, b),
+        }
+    return {
+        "runs": runs,
+        "summary": summary,
+        "bench_command_example": bench_cmd(
+            ctx, servers["pristine"], work, "X.json", num_prompts, input_len, output_len, 0
+        ),
+    }
 
 
 def table(summary: dict) -> str:
@@ -242,13 +365,23 @@ def table(summary: dict) -> str:
     for m, s in summary.items():
         lo, hi = s["ci95"]
         ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else "n/a"
-        rows.append(f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | "
-                    f"{s['ratio']:.3f} | {ci} |")  # fmt: skip
+        rows.append(
+            f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | "
+            f"{s['ratio']:.3f} | {ci} |"
+        )
     return "\n".join(rows)
 
 
-def serve_bench(ctx: Context, *, repeats: int = 3, num_prompts: int = 32, input_len: int = 128,
-                output_len: int = 128, health_timeout: float = 600, servers=None) -> bool:  # fmt: skip
+def serve_bench(
+    ctx: Context,
+    *,
+    repeats: int = 3,
+    num_prompts: int = 32,
+    input_len: int = 128,
+    output_len: int = 128,
+    health_timeout: float = 600,
+    servers=None,
+) -> bool:
     work = workdir(ctx.version, "serve-bench")
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -258,10 +391,14 @@ def serve_bench(ctx: Context, *, repeats: int = 3, num_prompts: int = 32, input_
         res = run_bench(ctx, servers, work, repeats, num_prompts, input_len, output_len)
     numbers = {
         "server_startup_s": startup,
-        "repeats": repeats, "num_prompts": num_prompts, "input_len": input_len,
-        "output_len": output_len, "step_s": round(time.monotonic() - started, 1),
-        **res, "workdir": str(work),
-    }  # fmt: skip
+        "repeats": repeats,
+        "num_prompts": num_prompts,
+        "input_len": input_len,
+        "output_len": output_len,
+        "step_s": round(time.monotonic() - started, 1),
+        **res,
+        "workdir": str(work),
+    }
     tab = table(res["summary"])
     say("serving A/B (patched / pristine):\n" + tab)
     write_result(ctx, "e2e-serve-bench", "series", "pass", numbers, tables=[tab])

@@ -12,7 +12,7 @@ import time
 
 # Fixed prompts: gsm8k-style questions (the tiny tokenizer was trained on gsm8k).
 QUESTIONS = [
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May.",
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting.",
     "Betty is saving money for a new wallet which costs $100. Betty has only half of the money.",
     "James writes a 3-page letter to 2 different friends twice a week. How many pages a year?",
@@ -36,21 +36,51 @@ def requests(max_tokens: int, n_prompts: int):
     for i, q in enumerate(qs):
         out.append((f"greedy-{i}", _chat(q, False), {**common, "temperature": 0.0}))
     for i, q in enumerate(qs):
-        out.append((f"seeded-{i}", _chat(q, False),
-                    {**common, "temperature": 1.0, "top_p": 0.9, "top_k": 50, "seed": 1000 + i}))
+        out.append(
+            (
+                f"seeded-{i}",
+                _chat(q, False),
+                {**common, "temperature": 1.0, "top_p": 0.9, "top_k": 50, "seed": 1000 + i},
+            )
+        )
     for i, q in enumerate(qs):
-        pen = {"presence_penalty": 0.4 + 0.1 * i, "frequency_penalty": 0.3,
-               "repetition_penalty": 1.1 + 0.05 * i}
-        out.append((f"penalties-greedy-{i}", _chat(q, False), {**common, "temperature": 0.0, **pen}))
-        out.append((f"penalties-seeded-{i}", _chat(q, False),
-                    {**common, "temperature": 0.8, "seed": 2000 + i, **pen}))
-        out.append((f"penalties-think-{i}", _chat(q, True),
-                    {**common, "temperature": 0.8, "seed": 3000 + i, **pen,
-                     "thinking_token_budget": 16 + 24 * i}))
+        pen = {
+            "presence_penalty": 0.4 + 0.1 * i,
+            "frequency_penalty": 0.3,
+            "repetition_penalty": 1.1 + 0.05 * i,
+        }
+        out.append(
+            (f"penalties-greedy-{i}", _chat(q, False), {**common, "temperature": 0.0, **pen})
+        )
+        out.append(
+            (
+                f"penalties-seeded-{i}",
+                _chat(q, False),
+                {**common, "temperature": 0.8, "seed": 2000 + i, **pen},
+            )
+        )
+        out.append(
+            (
+                f"penalties-think-{i}",
+                _chat(q, True),
+                {
+                    **common,
+                    "temperature": 0.8,
+                    "seed": 3000 + i,
+                    **pen,
+                    "thinking_token_budget": 16 + 24 * i,
+                },
+            )
+        )
     for i, q in enumerate(qs[:2]):
-        out.append((f"think-nopen-{i}", _chat(q, True),
-                    {**common, "temperature": 0.0, "thinking_token_budget": 32}))
-    return out  # fmt: skip
+        out.append(
+            (
+                f"think-nopen-{i}",
+                _chat(q, True),
+                {**common, "temperature": 0.0, "thinking_token_budget": 32},
+            )
+        )
+    return out
 
 
 #: Harness workaround, applied identically to both roots (verify/e2e/shims/sitecustomize.py).
@@ -63,7 +93,6 @@ CPU_SHIMS = [
 
 def generate(args) -> dict:
     from vllm import LLM, SamplingParams
-
 
     reqs = requests(args.max_tokens, args.prompts)
     started = time.monotonic()
@@ -90,26 +119,47 @@ def generate(args) -> dict:
         lps = []
         for tok, pos in zip(ids, comp.logprobs or [], strict=False):
             lps.append(pos[tok].logprob)
-        results[name] = {"params": kw, "token_ids": ids, "logprobs": lps,
-                         "cumulative_logprob": comp.cumulative_logprob, "text": comp.text}  # fmt: skip
-    return {"requests": results, "load_s": load_s, "generate_s": gen_s, "tokens": total,
-            "tok_per_s": total / gen_s if gen_s else None}  # fmt: skip
+        results[name] = {
+            "params": kw,
+            "token_ids": ids,
+            "logprobs": lps,
+            "cumulative_logprob": comp.cumulative_logprob,
+            "text": comp.text,
+        }
+    return {
+        "requests": results,
+        "load_s": load_s,
+        "generate_s": gen_s,
+        "tokens": total,
+        "tok_per_s": total / gen_s if gen_s else None,
+    }
 
 
 def embed(args) -> dict:
     from vllm import LLM
 
     started = time.monotonic()
-    llm = LLM(model=args.model, runner="pooling", convert="embed", seed=0,
-              max_model_len=args.max_model_len, enforce_eager=True)  # fmt: skip
+    llm = LLM(
+        model=args.model,
+        runner="pooling",
+        convert="embed",
+        seed=0,
+        max_model_len=args.max_model_len,
+        enforce_eager=True,
+    )
     load_s = time.monotonic() - started
     texts = [q * (1 + i % 3) for i, q in enumerate(QUESTIONS * 4)]
     started = time.monotonic()
     outs = llm.embed(texts, use_tqdm=False)
     embed_s = time.monotonic() - started
     vectors = [list(map(float, o.outputs.embedding)) for o in outs]
-    return {"vectors": vectors, "load_s": load_s, "embed_s": embed_s, "n": len(texts),
-            "prompt_tokens": [len(o.prompt_token_ids) for o in outs]}  # fmt: skip
+    return {
+        "vectors": vectors,
+        "load_s": load_s,
+        "embed_s": embed_s,
+        "n": len(texts),
+        "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
+    }
 
 
 def main() -> int:
