@@ -215,6 +215,9 @@ def main() -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
     out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
 
+    # Single intra-op thread: on the shared machine, waking torch's OpenMP pool between
+    # steps costs ~20 ms per tiny op and would swamp the pristine timings.
+    torch.set_num_threads(1)
     _opaque_types_once()
     overrides = bool(
         os.environ.get("PATCHBENCH_PRISTINE_ROOT") and os.environ.get("PATCHBENCH_PATCHED_ROOT")
@@ -303,6 +306,7 @@ def main() -> int:
             "prompt_len": PROMPT_LEN,
             "vocab_size": VOCAB,
             "lengths": lengths,
+            "torch_threads": 1,
             "statistic": "median over timed steps, one token appended per request per step",
             "penalties_timed": "output-token tensor build incl. -1 -> pad mapping (CPU device)",
             "think_timed": "ThinkingBudgetStateHolder.update_state, all requests thinking",

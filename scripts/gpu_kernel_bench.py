@@ -256,6 +256,7 @@ def main():
     ap.add_argument("--sweep", default="", help="candidate variant whose split configs to sweep, e.g. split")
     ap.add_argument("--sweep-configs", default="1024:4,2048:4,4096:4,4096:8,8192:8",
                     help="split_block_size:num_warps list for --sweep")
+    ap.add_argument("--sweep-min-tokens", type=int, default=0)
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="kernel_001")
     ap.add_argument("--series-hash", default=os.environ.get("SERIES_HASH", "unknown"))
@@ -358,7 +359,7 @@ def main():
                     f"{n}={row['variants'][n]['median_us']:8.2f}" for n in names)
                 print(line, f"[{time.time() - t0:.0f}s]", flush=True)
                 # ---- optional sweep of split configurations
-                if args.sweep:
+                if args.sweep and B * K >= args.sweep_min_tokens:
                     sv = next(v for v in variants if v.name == args.sweep)
                     for cfg in args.sweep_configs.split(","):
                         blk, nw = (int(x) for x in cfg.split(":"))

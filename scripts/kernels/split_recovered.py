@@ -112,13 +112,17 @@ def sample_recovered_tokens_split_kernel(
     best_id = tl.zeros((BLOCK_SIZE,), tl.int32)
     for v in range(split_start, split_end, BLOCK_SIZE):
         vocab_offset = v + lanes
-        vocab_mask = vocab_offset < split_end
+        # Slices are whole tiles, so only the vocabulary end cuts a tile.
+        vocab_mask = vocab_offset < vocab_size
         if NO_DRAFT_PROBS:
+            # Load the whole tile (16-byte vector loads) and zero the draft
+            # token afterwards; masking it in the load made the loads scalar.
             prob = tl.load(
                 target_probs_ptr + token_idx * vocab_size + vocab_offset,
-                mask=(vocab_mask & (vocab_offset != draft_token_id)),
+                mask=vocab_mask,
                 other=0.0,
             )
+            prob = tl.where(vocab_offset == draft_token_id, 0.0, prob)
         else:
             draft_prob = tl.load(
                 draft_probs_ptr + token_idx * vocab_size + vocab_offset,
@@ -138,7 +142,7 @@ def sample_recovered_tokens_split_kernel(
         )
         score = prob * inv_q
         # Strict '>': a lane keeps its earliest (lowest) index among ties.
-        # Lanes past the slice or the vocabulary never update.
+        # Lanes past the vocabulary never update.
         better = (score > best_val) & vocab_mask
         best_val = tl.where(better, score, best_val)
         best_id = tl.where(better, vocab_offset, best_id)
