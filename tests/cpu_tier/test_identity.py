@@ -111,3 +111,9 @@ def test_broken_patch_fails_token_identity(tmp_path, monkeypatch):
     differing = {d["request"] for d in result["numbers"]["differing"]}
     assert differing and all("penalties" in name for name in differing), differing
     assert not any(name.startswith(("greedy", "seeded")) for name in differing)
+
+
+def test_changed_inputs_are_reported_as_such():
+    a = {"greedy-0": {**_req([1], [-0.1]), "prompt": "p", "params": {"temperature": 0}}}
+    b = {"greedy-0": {**_req([2], [-0.1]), "prompt": "q", "params": {"temperature": 0}}}
+    assert compare_generations(a, b)[0]["what"].startswith("inputs differ")

@@ -21,6 +21,11 @@ def compare_generations(a: dict, b: dict) -> list[dict]:
         if ra is None or rb is None:
             diffs.append({"request": name, "what": "missing in " + ("A" if ra is None else "B")})
             continue
+        if (ra.get("prompt"), ra.get("params")) != (rb.get("prompt"), rb.get("params")):
+            diffs.append(
+                {"request": name, "what": "inputs differ (the harness changed between runs)"}
+            )
+            continue
         ta, tb = ra["token_ids"], rb["token_ids"]
         if ta != tb:
             pos = _first_difference(ta, tb)

@@ -112,7 +112,7 @@ def generate(args) -> dict:
     gen_s = time.monotonic() - started
     results = {}
     total = 0
-    for (name, _, kw), out in zip(reqs, outs, strict=True):
+    for (name, prompt, kw), out in zip(reqs, outs, strict=True):
         comp = out.outputs[0]
         ids = list(comp.token_ids)
         total += len(ids)
@@ -120,6 +120,7 @@ def generate(args) -> dict:
         for tok, pos in zip(ids, comp.logprobs or [], strict=False):
             lps.append(pos[tok].logprob)
         results[name] = {
+            "prompt": prompt,
             "params": kw,
             "token_ids": ids,
             "logprobs": lps,
