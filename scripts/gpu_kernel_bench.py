@@ -49,6 +49,7 @@ KDIR = HERE / "kernels"
 DEFAULT_VARIANTS = [
     f"0.16.0={KDIR / 'upstream' / 'rejection_sampler_0.16.0.py'}:sample_recovered_tokens_kernel",
     f"0.22.0={KDIR / 'upstream' / 'rejection_sampler_0.22.0.py'}:sample_recovered_tokens_kernel",
+    f"0.22.0+001={KDIR / 'upstream' / 'rejection_sampler_0.22.0+001.py'}:sample_recovered_tokens_kernel",
     f"0.33.0={KDIR / 'upstream' / 'rejection_sampler_0.33.0.py'}:sample_recovered_tokens_kernel",
     f"split={KDIR / 'split_recovered.py'}",
 ]
@@ -352,7 +353,9 @@ def main():
                         x_roofline=median(times[n]) / roof_us,
                         speedup_vs_baseline=m, speedup_ci95=[lo, hi])
                 cand = next((v for v in variants if v.module is not None), None)
-                if cand is not None and hasattr(cand.module, "choose_num_splits"):
+                if cand is not None and hasattr(cand.module, "choose_config"):
+                    row["auto_config"] = cand.module.choose_config(B * K, V, props.multi_processor_count)
+                elif cand is not None and hasattr(cand.module, "choose_num_splits"):
                     row["auto_num_splits"] = cand.module.choose_num_splits(B * K, V, props.multi_processor_count)
                 rows.append(row)
                 line = f"V={V:6d} {B:3d}x{K} dp={'y' if wd else 'n'} roof={roof_us:7.2f}us " + " ".join(

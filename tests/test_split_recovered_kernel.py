@@ -119,25 +119,28 @@ def test_tie_at_split_boundary_lowest_wins(kmod):
         assert out.item() == 15
 
 
-def test_choose_num_splits(kmod):
-    f = kmod.choose_num_splits
+def test_choose_config(kmod):
+    f = kmod.choose_config
     sms = 132
     blk = kmod.SPLIT_BLOCK_SIZE
     tiles = -(-151936 // blk)
-    # enough tokens to fill the GPU: one program per token, no second pass
-    assert f(1024, 151936, sms) == 1
-    assert f(4096, 151936, sms) == 1
-    # one token: one slice per tile
-    assert f(1, 151936, sms) == tiles
+    # one token: one 1024-lane slice per tile
+    assert f(1, 151936, sms) == (tiles, 1024, 4)
+    # ~8 four-warp programs per SM while that gives >= 5 slices
+    assert f(32, 151936, sms) == (33, 1024, 4)
+    assert f(128, 151936, sms) == (8, 1024, 4)
+    # 2..4 slices: half as many slices of a 2048-lane, 8-warp tile
+    assert f(256, 151936, sms) == (2, 2048, 8)
+    assert f(512, 151936, sms) == (1, 2048, 8)
+    # the tokens fill the GPU: one 1024-lane program per token, no second pass
+    assert f(1024, 151936, sms) == (1, 1024, 4)
+    assert f(4096, 151936, sms) == (1, 1024, 4)
     # vocabulary of one tile: nothing to split
-    assert f(1, blk, sms) == 1
-    # about _PROGRAMS_PER_SM programs per SM in between
-    assert f(128, 151936, sms) == 8
-    assert f(256, 151936, sms) == 4
-    assert f(512, 151936, sms) == 2
-    for T in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+    assert f(1, blk, sms)[0] == 1
+    assert f(0, 151936, sms)[0] == 1
+    for T in range(1, 2048, 7):
         for V in (1000, 32000, 128256, 151936):
-            s = f(T, V, sms)
-            assert 1 <= s <= max(1, -(-V // blk))
-            assert s == 1 or T * s <= kmod._PROGRAMS_PER_SM * sms
-    assert f(0, 151936, sms) == 1
+            s, b, w = f(T, V, sms)
+            assert 1 <= s <= max(1, -(-V // b))
+            assert (b, w) in ((1024, 4), (2048, 8))
+            assert s == 1 or T * s * w <= 4 * kmod._PROGRAMS_PER_SM * sms

@@ -38,35 +38,41 @@ import torch
 import triton
 import triton.language as tl
 
-# Tile and warps of every program.  1024 lanes x 4 warps (8 floats per thread)
+# Tile and warps of a program.  1024 lanes x 4 warps (8 floats per thread)
 # keeps many programs resident per SM; on the H100 it was the fastest tile at
-# every benchmarked shape but two (results/gpu/0.22.0/kernel_001_run2_sweep.md).
+# most benchmarked shapes (results/gpu/0.22.0/kernel_001_run2_sweep.md).
 SPLIT_BLOCK_SIZE = 1024
 SPLIT_NUM_WARPS = 4
-# Aim for about this many programs per SM (8 x 132 = 1056 on the H100: the
-# best split count in the sweep was the one giving ~1024 programs at every
-# token count from 16 to 1024).
+# Aim for about this many 4-warp programs per SM (8 x 132 = 1056 on the H100:
+# the best split count in the sweep gave ~1024 programs at every token count
+# from 16 to 1024).
 _PROGRAMS_PER_SM = 8
 
 
-def choose_num_splits(
-    num_tokens: int,
-    vocab_size: int,
-    num_sms: int,
-    split_block_size: int = SPLIT_BLOCK_SIZE,
-) -> int:
-    """Number of vocabulary slices per draft token.
+def choose_config(num_tokens: int, vocab_size: int, num_sms: int) -> tuple[int, int, int]:
+    """(num_splits, block_size, num_warps) for a batch of draft tokens.
 
-    ``floor(_PROGRAMS_PER_SM * num_sms / num_tokens)``, clamped to
-    ``[1, number of split_block_size tiles]``: enough programs to fill the GPU
-    with few tokens, and one program per token (no second pass) once the
-    tokens alone fill it.
+    ``s = (_PROGRAMS_PER_SM * num_sms) // num_tokens`` 1024-lane, 4-warp
+    programs per token, at most one per tile:
+
+    * ``s >= 5`` (few tokens): ``s`` slices, so that ~8 programs run per SM;
+    * ``2 <= s <= 4``: the second pass costs more than the extra slices win,
+      so use half as many slices of a 2048-lane, 8-warp tile (same warps per SM);
+      ``s // 2 == 1`` means no second pass;
+    * ``s <= 1`` (the tokens alone fill the GPU): one 1024-lane program per token.
     """
     if num_tokens <= 0 or vocab_size <= 0:
-        return 1
-    num_tiles = triton.cdiv(vocab_size, split_block_size)
-    want = (_PROGRAMS_PER_SM * num_sms) // num_tokens
-    return max(1, min(num_tiles, want))
+        return 1, SPLIT_BLOCK_SIZE, SPLIT_NUM_WARPS
+    s = (_PROGRAMS_PER_SM * num_sms) // num_tokens
+    if 2 <= s <= 4:
+        block = 2 * SPLIT_BLOCK_SIZE
+        return max(1, min(s // 2, triton.cdiv(vocab_size, block))), block, 2 * SPLIT_NUM_WARPS
+    num_tiles = triton.cdiv(vocab_size, SPLIT_BLOCK_SIZE)
+    return max(1, min(num_tiles, s)), SPLIT_BLOCK_SIZE, SPLIT_NUM_WARPS
+
+
+def choose_num_splits(num_tokens: int, vocab_size: int, num_sms: int) -> int:
+    return choose_config(num_tokens, vocab_size, num_sms)[0]
 
 
 @triton.jit
@@ -211,16 +217,21 @@ def sample_recovered_tokens(
     inv_q: torch.Tensor,  # [batch_size, vocab_size]
     max_spec_len: int,
     num_splits: int | None = None,
-    split_block_size: int = SPLIT_BLOCK_SIZE,
-    split_num_warps: int = SPLIT_NUM_WARPS,
+    split_block_size: int | None = None,
+    split_num_warps: int | None = None,
 ) -> torch.Tensor:
     batch_size = cu_num_draft_tokens.shape[0]
     num_tokens = draft_token_ids.shape[0]
     vocab_size = target_probs.shape[-1]
+    auto_splits, auto_block, auto_warps = choose_config(
+        num_tokens, vocab_size, _num_sms(target_probs.device)
+    )
     if num_splits is None:
-        num_splits = choose_num_splits(
-            num_tokens, vocab_size, _num_sms(target_probs.device), split_block_size
-        )
+        num_splits = auto_splits
+    if split_block_size is None:
+        split_block_size = auto_block
+    if split_num_warps is None:
+        split_num_warps = auto_warps
     num_tiles = triton.cdiv(vocab_size, split_block_size)
     split_size = triton.cdiv(num_tiles, num_splits) * split_block_size
     # Slices are tile-aligned; drop slices that would start past the end.
