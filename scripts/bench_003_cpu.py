@@ -171,7 +171,7 @@ def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, 
     prompt = rng.integers(0, 1000, PROMPT_LEN).tolist() + START_MARKER
     holders = []
     outputs = [rng.integers(0, 1000, length).tolist() for _ in range(batch)]
-    for root, mod, iface in ((pristine, pr_tbs, pr_if), (patched, pa_tbs, pa_if)):
+    for root, mod, _iface in ((pristine, pr_tbs, pr_if), (patched, pa_tbs, pa_if)):
         with root.active():
             h = mod.ThinkingBudgetStateHolder(cfg, batch, 0, torch.device("cpu"), False)
             h.sync_batch(
@@ -190,12 +190,12 @@ def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, 
     t_pr, t_pa = [], []
     for step in range(steps):
         new = rng.integers(0, 1000, batch).tolist()
-        for out, tok in zip(outputs, new):
+        for out, tok in zip(outputs, new, strict=False):
             out.append(tok)
         order = holders if step % 2 else holders[::-1]
         for root, h in order:
             with root.active():
-                dt = _time(lambda: h.update_state(outputs, None))
+                dt = _time(lambda h=h: h.update_state(outputs, None))
             (t_pr if root is pristine else t_pa).append(dt)
     states = [h._state for _, h in holders]
     for idx, ref in states[0].items():
@@ -210,7 +210,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lengths", default="256,1024,4096,12288")
     ap.add_argument("--steps", type=int, default=0, help="timed steps per L (0: auto)")
-    ap.add_argument("--out", default=None, help="JSON path (default results/cpu/PIN/bench_003.json)")
+    ap.add_argument(
+        "--out", default=None, help="JSON path (default results/cpu/PIN/bench_003.json)"
+    )
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
@@ -283,7 +285,7 @@ def main() -> int:
         "benchmark": "bench_003_cpu",
         "seed": "003",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "pin": args.pin,
         "roots": {
             "pristine": str(pristine.path),
