@@ -315,3 +315,19 @@ def test_empty_output(mods):
     pair.add(1, 0, START)
     pair.step()
     pair.step()
+
+
+@pytest.mark.parametrize("tail", [[8], [6]])
+def test_marker_straddles_scan_offset(mods, tail):
+    # 0.26+: after a natural </think> (start found in the output) the holder resets
+    # start/end to -1 and only looks at output[scan_offset:]; a marker whose first token
+    # lies before scan_offset must not be found. (0.22.0 has no reset: plain equivalence.)
+    pair = Pair(mods)
+    pair.add(0, 1000, [1, 2])
+    out = pair.outputs[0]
+    out.extend([1, *START, 2, *END, *tail])
+    pair.step()
+    out.append(9 if tail == [8] else 7)
+    pair.step()
+    out.extend([3, 4])
+    pair.step()

@@ -1,0 +1,175 @@
+"""GPU check for seed 003: OutputTokensTensorBuilder's pinned, double-buffered CUDA staging.
+
+The CPU equivalence tests cannot reach the CUDA branch (pinned staging buffers, two of them,
+a copy-done event per buffer). This script takes the class from the staged patch (its text
+is entirely added lines of vllm/v1/sample/ops/penalties.py, so no vLLM install is needed),
+and on a CUDA device:
+
+1. stress: many builds in a row without host synchronization while a large matmul keeps the
+   stream busy, so H2D copies are still queued when the host refills staging buffers; every
+   device tensor must equal the reference built from the Python lists at that step
+   (upstream semantics: pad = vocab_size, -1 -> vocab_size);
+2. control: the same stress with the copy-done events disabled must show corruption, which
+   proves that the stress test can see a race;
+3. timing: per-step host time of the upstream list path (a reimplementation of
+   make_tensor_with_pad + pin + non_blocking H2D + masked_fill_) vs the builder, B=128.
+
+Usage: python3 scripts/gpu_check_003_staging.py [--patch staging/003/0.22.0/0001-*.patch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+VOCAB = 151_936
+
+
+def load_builder(patch_path: str):
+    text = open(patch_path).read()
+    section = text.split("diff --git a/vllm/v1/sample/ops/penalties.py", 1)[1]
+    section = section.split("\ndiff --git ", 1)[0]
+    added = [
+        ln[1:] for ln in section.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+    ]
+    src = "\n".join(added)
+    src = src[src.index("class OutputTokensTensorBuilder") :]
+    ns = {"np": np, "torch": torch}
+    exec(compile("from __future__ import annotations\n" + src, "builder", "exec"), ns)
+    return ns["OutputTokensTensorBuilder"]
+
+
+def reference(outputs):
+    max_len = max(map(len, outputs), default=0)
+    arr = np.full((len(outputs), max_len), VOCAB, dtype=np.int64)
+    for i, row in enumerate(outputs):
+        arr[i, : len(row)] = row
+    t = torch.from_numpy(arr)
+    return t.masked_fill_(t == -1, VOCAB)
+
+
+def upstream_path(outputs, device):
+    """What 0.22.0's _convert_to_tensors + masked_fill_ do (pinned, non_blocking)."""
+    max_len = max(map(len, outputs), default=0)
+    arr = np.full((len(outputs), max_len), VOCAB, dtype=np.int64)
+    for i, row in enumerate(outputs):
+        arr[i, : len(row)] = row
+    t = torch.from_numpy(arr).pin_memory().to(device, non_blocking=True)
+    return t.masked_fill_(t == -1, VOCAB)
+
+
+class Batch:
+    def __init__(self, builder_cls, b, length, device, rng, width):
+        self.tok = rng.integers(0, VOCAB, (b, width), dtype=np.int32)
+        self.prompt = rng.integers(1, 64, b).astype(np.int32)
+        self.ntok = self.prompt.copy()
+        self.outputs = [[] for _ in range(b)]
+        self.rng = rng
+        for _ in range(length):
+            self.append()
+        self.builder = builder_cls(self.tok, self.prompt, self.ntok, self.outputs, device, True)
+
+    def append(self, placeholder_frac=0.0):
+        new = self.rng.integers(0, VOCAB, len(self.outputs))
+        new[self.rng.random(len(new)) < placeholder_frac] = -1
+        for i, t in enumerate(new.tolist()):
+            pos = int(self.ntok[i])
+            self.tok[i, pos] = t
+            self.ntok[i] = pos + 1
+            self.outputs[i].append(t)
+
+
+def stress(builder_cls, device, steps, disable_events=False):
+    rng = np.random.default_rng(1)
+    batch = Batch(builder_cls, 64, 300, device, rng, width=64 + 300 + steps + 8)
+    if disable_events:
+        orig = batch.builder._get_staging
+
+        def no_wait(num_reqs, max_len):
+            batch.builder._copy_done = [None] * len(batch.builder._copy_done)
+            return orig(num_reqs, max_len)
+
+        batch.builder._get_staging = no_wait
+    assert all(b is None for b in batch.builder._buffers)
+    a = torch.randn(8192, 8192, device=device)
+    outs, refs = [], []
+    for step in range(steps):
+        batch.append(placeholder_frac=0.05)
+        if step % 7 == 0:  # rejection-like shrink of a few rows
+            for i in range(0, 64, 9):
+                keep = len(batch.outputs[i]) - 3
+                del batch.outputs[i][keep:]
+                batch.ntok[i] = batch.prompt[i] + keep
+        for _ in range(3):
+            a = a @ a  # keep the stream busy so the H2D copies queue up
+            a = a / a.norm()
+        t = batch.builder.build(batch.outputs, VOCAB, device)
+        assert t is not None
+        outs.append(t.clone())  # clone on the stream, after the H2D copy
+        refs.append(reference(batch.outputs))
+    torch.cuda.synchronize()
+    bad = sum(not torch.equal(o.cpu(), r) for o, r in zip(outs, refs, strict=True))
+    pinned = all(b is None or b.is_pinned() for b in batch.builder._buffers)
+    return {
+        "steps": steps,
+        "mismatched_steps": bad,
+        "staging_pinned": pinned,
+        "num_buffers": len(batch.builder._buffers),
+    }
+
+
+def timing(builder_cls, device, lengths, steps):
+    rows = []
+    for length in lengths:
+        rng = np.random.default_rng(length)
+        batch = Batch(builder_cls, 128, length, device, rng, width=64 + length + 2 * steps + 8)
+        t_up, t_pa = [], []
+        for step in range(steps):
+            batch.append()
+            torch.cuda.synchronize()
+            for which in (0, 1) if step % 2 else (1, 0):
+                t0 = time.perf_counter()
+                if which == 0:
+                    x = upstream_path(batch.outputs, device)
+                else:
+                    x = batch.builder.build(batch.outputs, VOCAB, device)
+                t1 = time.perf_counter()
+                (t_up if which == 0 else t_pa).append(t1 - t0)
+                del x
+        up, pa = 1e3 * statistics.median(t_up[1:]), 1e3 * statistics.median(t_pa[1:])
+        rows.append({"L": length, "upstream_host_ms": up, "patched_host_ms": pa, "ratio": up / pa})
+        print(f"L={length}: upstream {up:.3f} ms, patched {pa:.3f} ms, {up / pa:.1f}x", flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--patch", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    patch = args.patch or sorted(glob.glob("staging/003/0.22.0/*.patch"))[0]
+    builder_cls = load_builder(patch)
+    device = torch.device("cuda")
+    result = {"patch": patch, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+    result["stress"] = stress(builder_cls, device, 200)
+    print("stress:", result["stress"], flush=True)
+    result["control_no_events"] = stress(builder_cls, device, 200, disable_events=True)
+    print("control (events disabled):", result["control_no_events"], flush=True)
+    result["timing_B128"] = timing(builder_cls, device, (1024, 4096, 12288), 12)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    ok = result["stress"]["mismatched_steps"] == 0 and result["stress"]["staging_pinned"]
+    print("OK" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
