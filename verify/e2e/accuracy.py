@@ -130,7 +130,7 @@ def _load(out: Path) -> tuple[dict, list[dict]]:
         raise PatchbenchError(f"lm_eval wrote no results/samples under {out}")
     res = json.loads(results[-1].read_text())["results"]["gsm8k_local"]
     rows = [json.loads(line) for line in samples[-1].read_text().splitlines() if line.strip()]
-    return res, sorted(rows, key=lambda r: r["doc_id"])
+    return res, sorted(rows, key=lambda r: (r["doc_id"], str(r.get("filter", ""))))
 
 
 def gsm8k(
