@@ -51,7 +51,7 @@ FILLER = list(range(12, VOCAB_SIZE))
 SPECIAL = sorted(set(GRIT.values()) | {BOS, EOS, DOC_ID, QUERY_ID})
 
 HYPOTHESIS = settings(
-    max_examples=15,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -107,6 +107,7 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
     implementation. None of these tests call such ops (collectives, attention, fused MoE).
     """
     import importlib
+    import importlib.util
     import inspect
 
     for root in (pristine, patched):
@@ -120,19 +121,36 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
                 platforms._current_platform = CpuPlatform()
             tu = importlib.import_module("vllm.utils.torch_utils")
             original = tu.direct_register_custom_op
-            if getattr(original, "_patchbench_once", False):
-                continue
-            signature = inspect.signature(original)
+            if not getattr(original, "_patchbench_once", False):
+                signature = inspect.signature(original)
 
-            def register_once(*args, _orig=original, _sig=signature, _tu=tu, **kwargs):
-                bound = _sig.bind(*args, **kwargs)
-                lib = bound.arguments.get("target_lib") or _tu.vllm_lib
-                if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
-                    return None
-                return _orig(*args, **kwargs)
+                def register_once(*args, _orig=original, _sig=signature, _tu=tu, **kwargs):
+                    bound = _sig.bind(*args, **kwargs)
+                    lib = bound.arguments.get("target_lib") or _tu.vllm_lib
+                    if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
+                        return None
+                    return _orig(*args, **kwargs)
 
-            register_once._patchbench_once = True
-            tu.direct_register_custom_op = register_once
+                register_once._patchbench_once = True
+                tu.direct_register_custom_op = register_once
+            if root is patched and importlib.util.find_spec("vllm.ir") is not None:
+                # vLLM IR ops (0.22.0+) are defined in a "vllm_ir" torch library at
+                # import time; let the second root define them in its own namespace.
+                import torch.library
+
+                plain_library = torch.library.Library
+
+                class _RenamedLibrary(plain_library):
+                    def __init__(self, ns, kind, *args, **kwargs):
+                        if ns == "vllm_ir":
+                            ns = "vllm_ir_patchbench"
+                        super().__init__(ns, kind, *args, **kwargs)
+
+                torch.library.Library = _RenamedLibrary
+                try:
+                    importlib.import_module("vllm.ir")
+                finally:
+                    torch.library.Library = plain_library
     yield
 
 
@@ -238,7 +256,7 @@ def _check_metadata(pin, pristine, patched, reqs: list[Req], removed=frozenset()
         with patched.active():
             per_q = q_md.get_prompt_token_ids_cpu()
         assert len(per_p) == len(per_q) == len(kept)
-        for a, b, req in zip(per_p, per_q, kept):
+        for a, b, req in zip(per_p, per_q, kept, strict=True):
             _same_tensor(a, b)
             assert b.device.type == "cpu"
             assert b.tolist() == list(req.prompt)
@@ -387,10 +405,10 @@ def _run_pooler(root, make_pooler, reqs, hidden, removed=frozenset()):
     offsets = np.cumsum([0] + [len(r.prompt) for r in reqs])
     rows = [hidden[offsets[int(r[1:])] : offsets[int(r[1:]) + 1]] for r in batch.req_ids]
     hs = torch.cat(rows)
+    pooler = make_pooler(root)  # activates `root` itself: never nest one root's active()
     with root.active():
         lens = np.array([len(r.prompt) for r in kept], dtype=np.int32)
         md.build_pooling_cursor(lens, torch.from_numpy(lens.copy()), torch.device("cpu"))
-        pooler = make_pooler(root)
         with torch.inference_mode():
             out = pooler(hs, md)
     return out
@@ -401,7 +419,7 @@ def _same_outputs(a, b) -> None:
         _same_tensor(a, b)
         return
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         _same_tensor(x, y)
 
 
