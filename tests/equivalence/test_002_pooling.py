@@ -136,9 +136,9 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
             if root is patched and importlib.util.find_spec("vllm.ir") is not None:
                 # vLLM IR ops (0.22.0+) are defined in a "vllm_ir" torch library at
                 # import time; let the second root define them in its own namespace.
-                import torch.library
+                from torch import library as torch_library
 
-                plain_library = torch.library.Library
+                plain_library = torch_library.Library
 
                 class _RenamedLibrary(plain_library):
                     def __init__(self, ns, kind, *args, **kwargs):
@@ -146,11 +146,11 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
                             ns = "vllm_ir_patchbench"
                         super().__init__(ns, kind, *args, **kwargs)
 
-                torch.library.Library = _RenamedLibrary
+                torch_library.Library = _RenamedLibrary
                 try:
                     importlib.import_module("vllm.ir")
                 finally:
-                    torch.library.Library = plain_library
+                    torch_library.Library = plain_library
     yield
 
 
