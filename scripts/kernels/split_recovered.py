@@ -186,11 +186,10 @@ def sample_recovered_tokens_reduce_kernel(
         mask=mask,
         other=float("-inf"),
     )
-    # tie-break-left: among equal slice maxima the lowest slice wins, and
-    # slices are in vocabulary order.
-    _, best_split = tl.max(
-        max_vals, axis=0, return_indices=True, return_indices_tie_break_left=True
-    )
+    # The lowest slice holding the maximum wins; slices are in vocabulary
+    # order, so the lowest index among equal scores wins.
+    max_val = tl.max(max_vals, axis=0)
+    best_split = tl.min(tl.where(max_vals == max_val, offset, num_splits), axis=0)
     recovered_id = tl.load(partial_id_ptr + token_idx * num_splits + best_split)
     recovered_id = tl.minimum(recovered_id, vocab_size - 1)
     tl.store(output_token_ids_ptr + token_idx, recovered_id)
