@@ -1,10 +1,10 @@
 """Seed 001: ``sample_recovered_tokens`` (rejection sampler), pristine vs patched vs reference.
 
-Patches: 0.16.0 tiles the vocabulary (8192 per tile) and scores ``prob * inv_q`` instead
-of ``prob / q`` (upstream PR #34974); 0.22.0 masks out-of-vocab lanes to -inf and clamps
-the id (upstream PR #44744). The Triton kernels run on CPU through ``TRITON_INTERPRET=1``
-(see `_interpreted_rejection_sampler`), at small shapes: vocab 100 (< one tile), 8192
-(one tile) and 3 * 8192 + 17 (three tiles and a partial one).
+Patches: 0.16.0 0001 tiles the vocabulary (8192 per tile) and scores ``prob * inv_q``
+instead of ``prob / q`` (upstream PR #34974); 0.16.0 0002 and 0.22.0 0001 mask out-of-vocab
+lanes to -inf and clamp the id (upstream PR #44744). The Triton kernels run on CPU
+through ``TRITON_INTERPRET=1`` (see `_interpreted_rejection_sampler`), at small shapes:
+vocab 100 (< one tile), 8192 (one tile) and 3 * 8192 + 17 (three tiles and a partial one).
 
 Expected relations (token ids compared bit-exactly):
 - every kernel equals `recovered_tokens_ref` in its own score form: 0.16.0 pristine
@@ -12,8 +12,8 @@ Expected relations (token ids compared bit-exactly):
 - pristine == patched on the randomized inputs and forced ties (lowest id wins, also
   across tiles); on 0.16.0 the two forms can differ only where two scores are within
   about one ulp, shown by `test_near_tie_rounding_0_16_0` (both sides match their form);
-- NaN scores (q == 0 so inv_q == inf, zero probs): the guarded 0.22.0 kernel gives the
-  reference's id 0 where pristine 0.22.0 returns vocab_size (out of vocabulary).
+- NaN scores (q == 0 so inv_q == inf, zero probs): the guarded kernels give the
+  reference's id 0 where both pristine kernels return vocab_size (out of vocabulary).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.pins("0.16.0", "0.22.0")
 BLOCK = 8192
 VOCABS = [100, BLOCK, 3 * BLOCK + 17]
 # Per pin: does the patched side carry the out-of-vocab guard, does pristine divide by q?
-GUARDED = {"0.16.0": False, "0.22.0": True}
+GUARDED = {"0.16.0": True, "0.22.0": True}
 PRISTINE_DIVIDES = {"0.16.0": True, "0.22.0": False}
 
 
