@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import os
 import random
 from types import SimpleNamespace
 
@@ -330,7 +329,7 @@ def assert_same(a, b):
     assert torch.equal(a.sampled, b.sampled), (a.sampled.view(-1), b.sampled.view(-1))
     assert (a.lp is None) == (b.lp is None)
     if a.lp is not None:
-        for x, y, name in zip(a.lp, b.lp, ("token_ids", "logprobs", "ranks")):
+        for x, y, name in zip(a.lp, b.lp, ("token_ids", "logprobs", "ranks"), strict=True):
             assert x.dtype == y.dtype and x.shape == y.shape, name
             assert torch.equal(x, y), name
 

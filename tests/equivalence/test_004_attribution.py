@@ -241,7 +241,7 @@ def test_update_async_output_token_ids_equivalent(mods, stt, monkeypatch, seed):
     assert on == ref
     assert ev_on.num_syncs == ev_ref.num_syncs
     m.record_step(sample_tokens_s=1.0, sample_s=0.5)
-    rec = dict(zip(m.STEP_FIELDS, m.SAMPLES[-1]))
+    rec = dict(zip(m.STEP_FIELDS, m.SAMPLES[-1], strict=True))
     assert rec["waited"] == ev_ref.num_syncs
     assert rec["ready_wait_s"] == (0.0078125 if ev_ref.num_syncs else 0.0)
 
@@ -310,7 +310,7 @@ def test_sample_split(mods, stt, monkeypatch, seed, spec_decode):
         == r_ref.input_batch.sampling_metadata.output_token_ids
     )
     m.record_step(sample_tokens_s=sample_s + 0.25, sample_s=sample_s)
-    rec = dict(zip(m.STEP_FIELDS, m.SAMPLES[-1]))
+    rec = dict(zip(m.STEP_FIELDS, m.SAMPLES[-1], strict=True))
     waited = ev.num_syncs
     assert rec["waited"] == waited
     assert rec["ready_wait_s"] == 0.015625 * waited
