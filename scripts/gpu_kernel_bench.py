@@ -55,9 +55,38 @@ DEFAULT_VARIANTS = [
 ]
 DEFAULT_SHAPES = "1x1,1x2,1x4,2x4,4x1,4x4,8x1,8x4,16x4,32x4,64x4,128x4,256x4"
 # two-sided 97.5% Student t quantiles, df = 1..30
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+_T975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 # --------------------------------------------------------------------------- loading
@@ -120,8 +149,17 @@ class Variant:
             kw = dict(opts or {})
 
             def fn():
-                m.sample_recovered_tokens(out, inp["cu"], inp["draft_ids"], inp["draft_probs"],
-                                          inp["target_probs"], q_or_inv, K, **kw)
+                m.sample_recovered_tokens(
+                    out,
+                    inp["cu"],
+                    inp["draft_ids"],
+                    inp["draft_probs"],
+                    inp["target_probs"],
+                    q_or_inv,
+                    K,
+                    **kw,
+                )
+
             return fn
         k = self.kernel
         extra = {}
@@ -130,8 +168,19 @@ class Variant:
         size_arg = triton.next_power_of_2(V) if self.padded else 8192
 
         def fn():
-            k[(B, K)](out, inp["cu"], inp["draft_ids"], inp["draft_probs"], inp["target_probs"],
-                      q_or_inv, V, size_arg, NO_DRAFT_PROBS=inp["draft_probs"] is None, **extra)
+            k[(B, K)](
+                out,
+                inp["cu"],
+                inp["draft_ids"],
+                inp["draft_probs"],
+                inp["target_probs"],
+                q_or_inv,
+                V,
+                size_arg,
+                NO_DRAFT_PROBS=inp["draft_probs"] is None,
+                **extra,
+            )
+
         return fn
 
 
@@ -142,20 +191,37 @@ def make_inputs(B, K, V, with_draft, seed, device, variants, ties=False):
     if ties:
         # few distinct values -> many equal scores; inv_q == 1 keeps them equal
         target = torch.randint(0, 4, (T, V), generator=g, device=device).float() / 8
-        draft = (torch.randint(0, 4, (T, V), generator=g, device=device).float() / 16
-                 if with_draft else None)
+        draft = (
+            torch.randint(0, 4, (T, V), generator=g, device=device).float() / 16
+            if with_draft
+            else None
+        )
         q = torch.ones(B, V, device=device)
     else:
         target = torch.softmax(torch.randn(T, V, generator=g, device=device) * 3, dim=-1)
-        draft = (torch.softmax(torch.randn(T, V, generator=g, device=device) * 3, dim=-1)
-                 if with_draft else None)
+        draft = (
+            torch.softmax(torch.randn(T, V, generator=g, device=device) * 3, dim=-1)
+            if with_draft
+            else None
+        )
         q = torch.empty(B, V, device=device).exponential_(generator=g)
     inv_q = q.reciprocal()
     draft_ids = torch.randint(0, V, (T,), generator=g, device=device, dtype=torch.int32)
     cu = torch.arange(1, B + 1, device=device, dtype=torch.int32) * K
     out = {v.name: torch.full((T,), -1, dtype=torch.int32, device=device) for v in variants}
-    return dict(B=B, K=K, V=V, T=T, target_probs=target, draft_probs=draft, q=q, inv_q=inv_q,
-                draft_ids=draft_ids, cu=cu, out=out)
+    return dict(
+        B=B,
+        K=K,
+        V=V,
+        T=T,
+        target_probs=target,
+        draft_probs=draft,
+        q=q,
+        inv_q=inv_q,
+        draft_ids=draft_ids,
+        cu=cu,
+        out=out,
+    )
 
 
 def reference(inp, divide=False):
@@ -179,7 +245,7 @@ def roofline_bytes(B, K, V, with_draft):
 
 # --------------------------------------------------------------------------- stats
 def ratio_ci(base, var):
-    r = [b / v for b, v in zip(base, var)]
+    r = [b / v for b, v in zip(base, var, strict=True)]
     n = len(r)
     mean = sum(r) / n
     if n < 2:
@@ -200,7 +266,7 @@ def copy_bandwidth(device):
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
     t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    del src, dst
+    src = dst = None  # free the 2 GiB before timing kernels
     torch.cuda.empty_cache()
     return 2 * n * 4 / (t * 1e-3)  # bytes read + written per second
 
@@ -242,21 +308,36 @@ def time_graph(g, calls, replays):
 
 # --------------------------------------------------------------------------- main
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", action="append", help="NAME=FILE:KERNEL (extract) or NAME=FILE (module)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--variant", action="append", help="NAME=FILE:KERNEL (extract) or NAME=FILE (module)"
+    )
     ap.add_argument("--baseline", default="0.22.0")
     ap.add_argument("--vocab", default="32000,128256,151936")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="requests x draft tokens, comma separated")
+    ap.add_argument(
+        "--shapes", default=DEFAULT_SHAPES, help="requests x draft tokens, comma separated"
+    )
     ap.add_argument("--draft-probs", default="no,yes")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup-ms", type=float, default=5)
     ap.add_argument("--rep-ms", type=float, default=25)
-    ap.add_argument("--replays", type=int, default=5, help="graph replays per timing sample (median)")
-    ap.add_argument("--min-calls", type=int, default=16, help="kernel calls per graph replay (at least)")
+    ap.add_argument(
+        "--replays", type=int, default=5, help="graph replays per timing sample (median)"
+    )
+    ap.add_argument(
+        "--min-calls", type=int, default=16, help="kernel calls per graph replay (at least)"
+    )
     ap.add_argument("--no-eager", action="store_true", help="skip the eager do_bench column")
-    ap.add_argument("--sweep", default="", help="candidate variant whose split configs to sweep, e.g. split")
-    ap.add_argument("--sweep-configs", default="1024:4,2048:4,4096:4,4096:8,8192:8",
-                    help="split_block_size:num_warps list for --sweep")
+    ap.add_argument(
+        "--sweep", default="", help="candidate variant whose split configs to sweep, e.g. split"
+    )
+    ap.add_argument(
+        "--sweep-configs",
+        default="1024:4,2048:4,4096:4,4096:8,8192:8",
+        help="split_block_size:num_warps list for --sweep",
+    )
     ap.add_argument("--sweep-min-tokens", type=int, default=0)
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="kernel_001")
@@ -271,20 +352,43 @@ def main():
     assert args.baseline in names, "baseline must be one of the variants"
     props = torch.cuda.get_device_properties(device)
     bw = copy_bandwidth(device)
-    print(f"# {props.name}, {props.multi_processor_count} SMs, copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    print(
+        f"# {props.name}, {props.multi_processor_count} SMs, copy bandwidth {bw / 1e12:.3f} TB/s",
+        flush=True,
+    )
 
     meta = dict(
         command=" ".join([os.path.basename(sys.executable)] + sys.argv),
-        gpu=props.name, num_sms=props.multi_processor_count,
-        torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-        cuda=torch.version.cuda, date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        series_hash=args.series_hash, copy_bandwidth_Bps=bw, baseline=args.baseline,
-        variants={v.name: dict(path=str(v.path.relative_to(HERE.parent)) if v.path.is_relative_to(HERE.parent) else str(v.path),
-                               sha256=v.source_sha) for v in variants},
-        timing=dict(main="CUDA graph replay of back-to-back calls over rotating input sets (>= ~150 MB, 3x L2), "
-                         "median of --replays replays / calls", replays=args.replays, min_calls=args.min_calls,
-                    eager="triton.testing.do_bench median, L2 flushed before every call",
-                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, rounds=args.rounds, order="rotated each round"),
+        gpu=props.name,
+        num_sms=props.multi_processor_count,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        python=platform.python_version(),
+        cuda=torch.version.cuda,
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        series_hash=args.series_hash,
+        copy_bandwidth_Bps=bw,
+        baseline=args.baseline,
+        variants={
+            v.name: dict(
+                path=str(v.path.relative_to(HERE.parent))
+                if v.path.is_relative_to(HERE.parent)
+                else str(v.path),
+                sha256=v.source_sha,
+            )
+            for v in variants
+        },
+        timing=dict(
+            main="CUDA graph replay of back-to-back calls over rotating input sets (>= ~150 MB, 3x L2), "
+            "median of --replays replays / calls",
+            replays=args.replays,
+            min_calls=args.min_calls,
+            eager="triton.testing.do_bench median, L2 flushed before every call",
+            warmup_ms=args.warmup_ms,
+            rep_ms=args.rep_ms,
+            rounds=args.rounds,
+            order="rotated each round",
+        ),
         note=args.note,
     )
     rows, sweep_rows, failures = [], [], []
@@ -295,7 +399,7 @@ def main():
     t0 = time.time()
     for V in vocabs:
         for wd in modes:
-            for (B, K) in shapes:
+            for B, K in shapes:
                 seed += 1
                 # ---- correctness (random + tie-heavy inputs)
                 exact = {}
@@ -326,7 +430,10 @@ def main():
                 # sets (> L2 in total, so every call reads from DRAM), launch
                 # overhead excluded; plus eager do_bench (L2 flushed) for reference
                 nsets = n_input_sets(B, K, V, wd)
-                sets = [make_inputs(B, K, V, wd, seed * 1000 + 7 + i, device, variants) for i in range(nsets)]
+                sets = [
+                    make_inputs(B, K, V, wd, seed * 1000 + 7 + i, device, variants)
+                    for i in range(nsets)
+                ]
                 calls = nsets * max(1, math.ceil(args.min_calls / nsets))
                 graphs = {v.name: capture([v.launcher(x) for x in sets], calls) for v in variants}
                 inp = sets[0]
@@ -334,32 +441,60 @@ def main():
                 times = {n: [] for n in names}
                 eager = {n: [] for n in names}
                 for r in range(args.rounds):
-                    order = names[r % len(names):] + names[: r % len(names)]
+                    order = names[r % len(names) :] + names[: r % len(names)]
                     for n in order:
                         times[n].append(time_graph(graphs[n], calls, args.replays))
                         if not args.no_eager:
-                            eager[n].append(triton.testing.do_bench(
-                                fns[n], warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3)
+                            eager[n].append(
+                                triton.testing.do_bench(
+                                    fns[n],
+                                    warmup=args.warmup_ms,
+                                    rep=args.rep_ms,
+                                    return_mode="median",
+                                )
+                                * 1e3
+                            )
                 del graphs
                 rb = roofline_bytes(B, K, V, wd)
                 roof_us = rb / bw * 1e6
-                row = dict(vocab=V, requests=B, draft_tokens=K, num_tokens=B * K, draft_probs=wd,
-                           input_sets=nsets, calls_per_replay=calls, roofline_bytes=rb, roofline_us=roof_us, correctness=exact, variants={})
+                row = dict(
+                    vocab=V,
+                    requests=B,
+                    draft_tokens=K,
+                    num_tokens=B * K,
+                    draft_probs=wd,
+                    input_sets=nsets,
+                    calls_per_replay=calls,
+                    roofline_bytes=rb,
+                    roofline_us=roof_us,
+                    correctness=exact,
+                    variants={},
+                )
                 for n in names:
                     m, lo, hi = ratio_ci(times[args.baseline], times[n])
                     row["variants"][n] = dict(
-                        times_us=times[n], median_us=median(times[n]),
-                        eager_times_us=eager[n], eager_median_us=median(eager[n]) if eager[n] else None,
+                        times_us=times[n],
+                        median_us=median(times[n]),
+                        eager_times_us=eager[n],
+                        eager_median_us=median(eager[n]) if eager[n] else None,
                         x_roofline=median(times[n]) / roof_us,
-                        speedup_vs_baseline=m, speedup_ci95=[lo, hi])
+                        speedup_vs_baseline=m,
+                        speedup_ci95=[lo, hi],
+                    )
                 cand = next((v for v in variants if v.module is not None), None)
                 if cand is not None and hasattr(cand.module, "choose_config"):
-                    row["auto_config"] = cand.module.choose_config(B * K, V, props.multi_processor_count)
+                    row["auto_config"] = cand.module.choose_config(
+                        B * K, V, props.multi_processor_count
+                    )
                 elif cand is not None and hasattr(cand.module, "choose_num_splits"):
-                    row["auto_num_splits"] = cand.module.choose_num_splits(B * K, V, props.multi_processor_count)
+                    row["auto_num_splits"] = cand.module.choose_num_splits(
+                        B * K, V, props.multi_processor_count
+                    )
                 rows.append(row)
-                line = f"V={V:6d} {B:3d}x{K} dp={'y' if wd else 'n'} roof={roof_us:7.2f}us " + " ".join(
-                    f"{n}={row['variants'][n]['median_us']:8.2f}" for n in names)
+                line = (
+                    f"V={V:6d} {B:3d}x{K} dp={'y' if wd else 'n'} roof={roof_us:7.2f}us "
+                    + " ".join(f"{n}={row['variants'][n]['median_us']:8.2f}" for n in names)
+                )
                 print(line, f"[{time.time() - t0:.0f}s]", flush=True)
                 # ---- optional sweep of split configurations
                 if args.sweep and B * K >= args.sweep_min_tokens:
@@ -368,7 +503,9 @@ def main():
                         blk, nw = (int(x) for x in cfg.split(":"))
                         tiles = triton.cdiv(V, blk)
                         for s in (1, 2, 4, 8, 16, 32, 64, 128):
-                            if s > tiles or (s > 1 and B * K * s > 16 * props.multi_processor_count):
+                            if s > tiles or (
+                                s > 1 and B * K * s > 16 * props.multi_processor_count
+                            ):
                                 continue
                             opts = dict(num_splits=s, split_block_size=blk, split_num_warps=nw)
                             inp["out"][sv.name].fill_(-1)
@@ -378,17 +515,28 @@ def main():
                             g = capture([sv.launcher(x, opts) for x in sets], calls)
                             t = time_graph(g, calls, args.replays)
                             del g
-                            sweep_rows.append(dict(vocab=V, requests=B, draft_tokens=K, draft_probs=wd,
-                                                   block=blk, num_warps=nw, num_splits=s, median_us=t,
-                                                   equal_to_baseline=ok,
-                                                   baseline_us=row["variants"][args.baseline]["median_us"],
-                                                   roofline_us=roof_us))
+                            sweep_rows.append(
+                                dict(
+                                    vocab=V,
+                                    requests=B,
+                                    draft_tokens=K,
+                                    draft_probs=wd,
+                                    block=blk,
+                                    num_warps=nw,
+                                    num_splits=s,
+                                    median_us=t,
+                                    equal_to_baseline=ok,
+                                    baseline_us=row["variants"][args.baseline]["median_us"],
+                                    roofline_us=roof_us,
+                                )
+                            )
                 del inp, fns, sets
                 torch.cuda.empty_cache()
                 # partial results survive a timeout
                 Path(args.out_dir).mkdir(parents=True, exist_ok=True)
                 (Path(args.out_dir) / f"{args.name}.partial.json").write_text(
-                    json.dumps(dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures)))
+                    json.dumps(dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures))
+                )
 
     result = dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures)
     out_dir = Path(args.out_dir)
@@ -410,39 +558,60 @@ def render_md(res, short=False):
     base = meta["baseline"]
     out = []
     if not short:
-        out += [f"# {res.get('title', 'sample_recovered_tokens kernel benchmark')}", "",
-                f"- command: `{meta['command']}`",
-                f"- GPU: {meta['gpu']} ({meta['num_sms']} SMs); torch {meta['torch']}, triton {meta['triton']}, "
-                f"CUDA {meta['cuda']}, Python {meta['python']}",
-                f"- date: {meta['date']}; series hash: {meta['series_hash']}",
-                f"- measured copy bandwidth (read+write): {meta['copy_bandwidth_Bps'] / 1e12:.3f} TB/s",
-                f"- roofline = bytes that must be read (target [+draft] probs per token, inv_q per request) / copy bandwidth",
-                f"- timing (main columns): CUDA graph of back-to-back calls over rotating input sets larger than L2 "
-                f"(launch overhead excluded, every call reads DRAM), median of replays; {meta['timing']['rounds']} rounds, "
-                f"variant order rotated; 'eager' columns: triton.testing.do_bench median with L2 flush (includes "
-                f"host launch overhead when that exceeds the flush time); "
-                f"speedup = t({base}) / t(variant), mean over rounds with 95% CI (Student t)",
-                "- variants: " + ", ".join(f"{n} = `{v['path']}`" for n, v in meta["variants"].items()),
-                f"- correctness failures (unwritten, out of vocab, or != own reference): {len(res['failures'])}",
-                ""]
+        out += [
+            f"# {res.get('title', 'sample_recovered_tokens kernel benchmark')}",
+            "",
+            f"- command: `{meta['command']}`",
+            f"- GPU: {meta['gpu']} ({meta['num_sms']} SMs); torch {meta['torch']}, triton {meta['triton']}, "
+            f"CUDA {meta['cuda']}, Python {meta['python']}",
+            f"- date: {meta['date']}; series hash: {meta['series_hash']}",
+            f"- measured copy bandwidth (read+write): {meta['copy_bandwidth_Bps'] / 1e12:.3f} TB/s",
+            "- roofline = bytes that must be read (target [+draft] probs per token, inv_q per request) / copy bandwidth",
+            f"- timing (main columns): CUDA graph of back-to-back calls over rotating input sets larger than L2 "
+            f"(launch overhead excluded, every call reads DRAM), median of replays; {meta['timing']['rounds']} rounds, "
+            f"variant order rotated; 'eager' columns: triton.testing.do_bench median with L2 flush (includes "
+            f"host launch overhead when that exceeds the flush time); "
+            f"speedup = t({base}) / t(variant), mean over rounds with 95% CI (Student t)",
+            "- variants: " + ", ".join(f"{n} = `{v['path']}`" for n, v in meta["variants"].items()),
+            f"- correctness failures (unwritten, out of vocab, or != own reference): {len(res['failures'])}",
+            "",
+        ]
         if meta.get("note"):
             out += [meta["note"], ""]
-    hdr = "| vocab | req x draft | draft probs | roofline µs | " + " | ".join(
-        f"{n} µs (x roof)" for n in names) + " | " + " | ".join(
-        f"{n} eager µs" for n in names) + " | " + " | ".join(
-        f"{n} vs {base} (95% CI)" for n in names if n != base) + " | exact vs ref |"
+    hdr = (
+        "| vocab | req x draft | draft probs | roofline µs | "
+        + " | ".join(f"{n} µs (x roof)" for n in names)
+        + " | "
+        + " | ".join(f"{n} eager µs" for n in names)
+        + " | "
+        + " | ".join(f"{n} vs {base} (95% CI)" for n in names if n != base)
+        + " | exact vs ref |"
+    )
     out += [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for r in rows:
-        cells = [str(r["vocab"]), f"{r['requests']}x{r['draft_tokens']}", "yes" if r["draft_probs"] else "no",
-                 f"{r['roofline_us']:.2f}"]
-        cells += [f"{r['variants'][n]['median_us']:.1f} ({r['variants'][n]['x_roofline']:.2f})" for n in names]
-        cells += [f"{r['variants'][n]['eager_median_us']:.1f}" if r['variants'][n].get('eager_median_us') else "-"
-                  for n in names]
+        cells = [
+            str(r["vocab"]),
+            f"{r['requests']}x{r['draft_tokens']}",
+            "yes" if r["draft_probs"] else "no",
+            f"{r['roofline_us']:.2f}",
+        ]
+        cells += [
+            f"{r['variants'][n]['median_us']:.1f} ({r['variants'][n]['x_roofline']:.2f})"
+            for n in names
+        ]
+        cells += [
+            f"{r['variants'][n]['eager_median_us']:.1f}"
+            if r["variants"][n].get("eager_median_us")
+            else "-"
+            for n in names
+        ]
         for n in names:
             if n == base:
                 continue
             v = r["variants"][n]
-            cells.append(f"{v['speedup_vs_baseline']:.2f} [{v['speedup_ci95'][0]:.2f}, {v['speedup_ci95'][1]:.2f}]")
+            cells.append(
+                f"{v['speedup_vs_baseline']:.2f} [{v['speedup_ci95'][0]:.2f}, {v['speedup_ci95'][1]:.2f}]"
+            )
         ex = []
         for n in names:
             c = r["correctness"].get(n, {})
@@ -452,13 +621,19 @@ def render_md(res, short=False):
         cells.append(" ".join(ex))
         out.append("| " + " | ".join(cells) + " |")
     if res.get("sweep") and not short:
-        out += ["", "## Split sweep (candidate, forced configuration)", "",
-                "| vocab | req x draft | draft probs | block | warps | splits | µs | baseline µs | roofline µs | equal |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "## Split sweep (candidate, forced configuration)",
+            "",
+            "| vocab | req x draft | draft probs | block | warps | splits | µs | baseline µs | roofline µs | equal |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in res["sweep"]:
-            out.append(f"| {s['vocab']} | {s['requests']}x{s['draft_tokens']} | {'yes' if s['draft_probs'] else 'no'} | "
-                       f"{s['block']} | {s['num_warps']} | {s['num_splits']} | {s['median_us']:.1f} | "
-                       f"{s['baseline_us']:.1f} | {s['roofline_us']:.2f} | {s['equal_to_baseline']} |")
+            out.append(
+                f"| {s['vocab']} | {s['requests']}x{s['draft_tokens']} | {'yes' if s['draft_probs'] else 'no'} | "
+                f"{s['block']} | {s['num_warps']} | {s['num_splits']} | {s['median_us']:.1f} | "
+                f"{s['baseline_us']:.1f} | {s['roofline_us']:.2f} | {s['equal_to_baseline']} |"
+            )
     return "\n".join(out) + "\n"
 
 

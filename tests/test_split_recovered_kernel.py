@@ -63,8 +63,18 @@ def test_split_matches_reference(kmod, V, with_draft, ties, num_splits):
     args = _inputs(B, K, V, with_draft, seed=V * 7 + num_splits, ties=ties)
     cu, draft_ids, draft, target, inv_q = args
     out = torch.full((B * K,), -1, dtype=torch.int32)
-    kmod.sample_recovered_tokens(out, cu, draft_ids, draft, target, inv_q, K,
-                                 num_splits=num_splits, split_block_size=16, split_num_warps=1)
+    kmod.sample_recovered_tokens(
+        out,
+        cu,
+        draft_ids,
+        draft,
+        target,
+        inv_q,
+        K,
+        num_splits=num_splits,
+        split_block_size=16,
+        split_num_warps=1,
+    )
     assert torch.equal(out, _reference(B, K, *args))
 
 
@@ -84,8 +94,18 @@ def test_ragged_requests(kmod):
     ref = (prob * inv_q[req]).argmax(-1).to(torch.int32)
     for s in (1, 4):
         out = torch.full((T,), -1, dtype=torch.int32)
-        kmod.sample_recovered_tokens(out, cu, draft_ids, None, target, inv_q, max_k,
-                                     num_splits=s, split_block_size=16, split_num_warps=1)
+        kmod.sample_recovered_tokens(
+            out,
+            cu,
+            draft_ids,
+            None,
+            target,
+            inv_q,
+            max_k,
+            num_splits=s,
+            split_block_size=16,
+            split_num_warps=1,
+        )
         assert torch.equal(out, ref), s
 
 
@@ -99,8 +119,18 @@ def test_all_zero_scores_pick_index_zero_and_stay_in_vocab(kmod):
     ids = torch.zeros(B * K, dtype=torch.int32)
     for s in (1, 3):
         out = torch.full((B * K,), -1, dtype=torch.int32)
-        kmod.sample_recovered_tokens(out, cu, ids, draft, target, inv_q, K,
-                                     num_splits=s, split_block_size=16, split_num_warps=1)
+        kmod.sample_recovered_tokens(
+            out,
+            cu,
+            ids,
+            draft,
+            target,
+            inv_q,
+            K,
+            num_splits=s,
+            split_block_size=16,
+            split_num_warps=1,
+        )
         assert out.tolist() == [0, 0]
 
 
@@ -114,8 +144,18 @@ def test_tie_at_split_boundary_lowest_wins(kmod):
     ids = torch.tensor([0], dtype=torch.int32)
     for s in (1, 2, 3):
         out = torch.full((1,), -1, dtype=torch.int32)
-        kmod.sample_recovered_tokens(out, cu, ids, None, target, inv_q, K,
-                                     num_splits=s, split_block_size=16, split_num_warps=1)
+        kmod.sample_recovered_tokens(
+            out,
+            cu,
+            ids,
+            None,
+            target,
+            inv_q,
+            K,
+            num_splits=s,
+            split_block_size=16,
+            split_num_warps=1,
+        )
         assert out.item() == 15
 
 

@@ -1,4 +1,4 @@
-"""Issue 10: split-vocabulary ``sample_recovered_tokens`` (patch 010), pristine vs patched vs reference.
+"""Issue 10: split-vocabulary ``sample_recovered_tokens`` (patch 010) vs pristine vs reference.
 
 Patch 010 adds ``sample_recovered_tokens_split_kernel``: every draft token's vocabulary is
 cut into tile-aligned slices (one program each, a running per-lane maximum, one
@@ -284,8 +284,10 @@ TIES = {
 }
 
 
-@pytest.mark.parametrize("config", ["auto", "one_slice", "two_slices", "three_slices",
-                                    "slice_per_tile", "wide_two_slices"])
+@pytest.mark.parametrize(
+    "config",
+    ["auto", "one_slice", "two_slices", "three_slices", "slice_per_tile", "wide_two_slices"],
+)
 @pytest.mark.parametrize("with_draft", [True, False], ids=["draft", "nodraft"])
 @pytest.mark.parametrize("name", sorted(TIES))
 def test_forced_ties(sides, name, with_draft, config):
@@ -363,8 +365,14 @@ def test_cpu_platform_keeps_old_kernel(sides):
         mp.setattr(mod, "current_platform", SimpleNamespace(is_cpu=lambda: True))
         mp.setattr(mod, "_launch_sample_recovered_tokens", no_split)
         out = mod.sample_recovered_tokens(
-            case.max_spec_len, case.num_draft_tokens, case.cu, case.draft_ids, None,
-            case.target_probs, SimpleNamespace(generators={}), torch.device("cpu"),
+            case.max_spec_len,
+            case.num_draft_tokens,
+            case.cu,
+            case.draft_ids,
+            None,
+            case.target_probs,
+            SimpleNamespace(generators={}),
+            torch.device("cpu"),
         )
     assert not calls
     assert torch.equal(out, _reference(case, _q_of(case)))
