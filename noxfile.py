@@ -114,7 +114,19 @@ def status(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own pytest suite (tooling; slow tests use the real vLLM sdist)."""
     session.install("-e", ".[dev]")
-    session.run("python", "-m", "pytest", "tests", "--ignore=tests/equivalence", *session.posargs)
+    session.run(
+        "python", "-m", "pytest", "tests", "--ignore=tests/equivalence",
+        "--ignore=tests/test_split_recovered_kernel.py", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """Standalone Triton kernels under development (scripts/kernels) on CPU via the interpreter."""
+    session.install(_cpu_torch(), "triton", "numpy", "pytest")
+    session.install("--no-deps", "-e", ".")
+    session.env["TRITON_INTERPRET"] = "1"
+    session.run("python", "-m", "pytest", "tests/test_split_recovered_kernel.py", "-q")
 
 
 @nox.session
