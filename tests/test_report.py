@@ -8,9 +8,9 @@ from tests.conftest import TRAILERS, commit_change
 from verify import report
 
 
-def _result(step, seed, outcome, reason="", numbers=None):
+def _result(step, seed, outcome, reason="", numbers=None, series="current"):
     return {
-        "schema": 1, "step": step, "seed": seed, "vllm_version": "9.9.0", "series_hash": "h",
+        "schema": 1, "step": step, "seed": seed, "vllm_version": "9.9.0", "series_hash": series,
         "machine": {"cpu": "AMD EPYC", "gpu": None}, "date": "2026-11-23T00:00:00+00:00",
         "command": f"nox -s {step}", "outcome": outcome, "reason": reason,
         "numbers": numbers or {}, "tables": [],
@@ -25,6 +25,9 @@ def test_report_marks_missing_steps_not_run(make_tree, workspace):
         tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Faster penalties", trailers
     )
     tree.export()
+    from verify.series import series_hash
+
+    current = series_hash("9.9.0", workspace / "patches")
     results = workspace / "results" / "cpu" / "9.9.0"
     results.mkdir(parents=True)
     plot = {"x": [1, 2], "series": {"pristine": [1, 2], "patched": [1, 1]}, "xlabel": "L"}
@@ -35,8 +38,11 @@ def test_report_marks_missing_steps_not_run(make_tree, workspace):
         ),
         "e2e.json": _result("e2e-token-identity", "series", "fail", reason="2 requests differ"),
         "other.json": _result("gsm8k", "001", "pass"),
+        "old.json": _result("serve-bench", "003", "pass", series="0123456789"),
     }
     for name, data in files.items():
+        if data["series_hash"] == "current":
+            data["series_hash"] = current
         (results / name).write_text(json.dumps(data))
 
     index = report.build(
@@ -47,7 +53,8 @@ def test_report_marks_missing_steps_not_run(make_tree, workspace):
     assert "| Equivalence (pristine vs patched, randomized) | pass |" in text
     assert "| End-to-end generation A/B | fail |" in text
     assert "| gsm8k accuracy through lm_eval | not run |" in text  # seed 001's result is not ours
-    assert text.count("not run: no result file was recorded") == len(report.STEPS) - 3
+    assert "| Serving benchmark (vllm bench serve) | stale |" in text
+    assert text.count("not run: no result file was recorded") == len(report.STEPS) - 4
     assert "| ratio | 3.5 |" in text
     assert (index.parent / "bench.png").exists()
     matrix = index.read_text()

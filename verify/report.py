@@ -3,7 +3,8 @@ Test Plan / Test Result), built only from recorded result files, plus an index m
 
 A patch is linked to results by its seed id: the ``test_<seed>_...`` files its ``Verify:``
 trailer names, and results whose ``seed`` is that id (or ``series`` for whole-series steps).
-Every step without a result is printed as "not run", never left out.
+Every step without a result is printed as "not run", never left out; results recorded for
+another series hash than the current one are shown but counted as "stale", not as passes.
 """
 
 from __future__ import annotations
@@ -44,17 +45,28 @@ def _category(step: str) -> str | None:
 
 
 def results_for(patch: Patch, found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Results per step category; a patch's own results replace series-wide ones of a step
+    (e.g. "this patch's code path is not run on CPU" outranks a series-wide pass)."""
     seed = seed_of(patch)
-    grouped: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
+    own: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
+    series: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
     for result in found:
         category = _category(result.get("step", ""))
-        if category and result.get("seed") in (seed, "series"):
-            grouped[category].append(result)
-    return grouped
+        if category and result.get("seed") == seed:
+            own[category].append(result)
+        elif category and result.get("seed") == "series":
+            series[category].append(result)
+    return {prefix: own[prefix] or series[prefix] for prefix, _ in STEPS}
 
 
-def verdict(entries: list[dict[str, Any]]) -> str:
-    """pass / fail / n/a / not run for one step (fail wins over pass)."""
+def verdict(entries: list[dict[str, Any]], current: str | None = None) -> str:
+    """pass / fail / n/a / not run for one step (fail wins over pass); "stale" when every
+    result was recorded for another series than `current` (the patches changed since)."""
+    if current is not None:
+        fresh = [e for e in entries if e.get("series_hash") == current]
+        if entries and not fresh:
+            return "stale"
+        entries = fresh
     outcomes = {e.get("outcome") for e in entries}
     for value in ("fail", "pass", "n/a", "not run"):
         if value in outcomes:
@@ -107,7 +119,7 @@ def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: P
     lines += ["| step | result | machine | date |", "|---|---|---|---|"]
     for prefix, title in STEPS:
         entries = grouped[prefix]
-        state = verdict(entries)
+        state = verdict(entries, series_hash(version, patches_root))
         machine = ", ".join(
             sorted({e["machine"].get("gpu") or e["machine"].get("cpu", "?") for e in entries})
         )
@@ -124,7 +136,13 @@ def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: P
             lines.append(
                 f"**{entry['step']}**: {entry['outcome']}"
                 + (f" ({entry['reason']})" if entry.get("reason") else "")
-                + f" · series `{entry.get('series_hash')}` · `{Path(entry['_path']).name}`"
+                + f" · series `{entry.get('series_hash')}`"
+                + (
+                    ""
+                    if entry.get("series_hash") == series_hash(version, patches_root)
+                    else " (**stale**: recorded for another series)"
+                )
+                + f" · `{Path(entry['_path']).name}`"
             )
             lines.append("")
             table = _numbers_table(entry.get("numbers", {}))
@@ -186,7 +204,8 @@ def build(
         name = patch.name.removesuffix(".patch") + ".md"
         (out / name).write_text(render_patch(patch, version, found, out) + "\n")
         grouped = results_for(patch, found)
-        cells = " | ".join(verdict(grouped[prefix]) for prefix, _ in STEPS)
+        current = series_hash(version, patches_root)
+        cells = " | ".join(verdict(grouped[prefix], current) for prefix, _ in STEPS)
         index.append(f"| [{patch.subject}]({name}) | {cells} |")
     if not patches:
         index.append("| (no patches) |" + " |" * len(STEPS))
