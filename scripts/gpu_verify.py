@@ -255,16 +255,19 @@ def run_step(name: str, args: argparse.Namespace, out: Path) -> dict[str, object
 
 
 def _attribution(timers: dict | None) -> dict[str, float] | None:
-    """p50/p99 of sample_tokens split into readiness wait and compute (004's timers)."""
-    if not timers or not timers.get("samples"):
+    """p50/p99 of sample_tokens split into readiness wait and compute (004's timers), plus the
+    readiness wait paid later in get_output."""
+    if not timers or not timers.get("steps"):
         return None
-    fields = timers["fields"]
-    rows = [dict(zip(fields, row, strict=True)) for row in timers["samples"]]
-    out: dict[str, float] = {"steps": len(rows)}
+    rows = [dict(zip(timers["step_fields"], row, strict=True)) for row in timers["steps"]]
+    out: dict[str, float] = {"steps": len(rows), "waited_steps": sum(r["waited"] for r in rows)}
     for key in ("sample_tokens_s", "ready_wait_s", "compute_s"):
         values = [r[key] * 1e3 for r in rows]
         out[f"{key[:-2]}_p50_ms"] = percentile(values, 50)
         out[f"{key[:-2]}_p99_ms"] = percentile(values, 99)
+    waits = [row[0] * 1e3 for row in timers.get("get_output", [])]
+    out["get_output_wait_p50_ms"] = percentile(waits, 50)
+    out["get_output_wait_p99_ms"] = percentile(waits, 99)
     return out
 
 
