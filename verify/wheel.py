@@ -126,6 +126,7 @@ def rewrite_wheel(
                 writer.writerow((f"{new_info}/RECORD", "", ""))
                 _write(out, f"{new_info}/RECORD", record.getvalue().encode(), None, None)
                 progress.finish()
+            os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; a wheel is a shared artifact
             os.replace(tmp_name, target)
         finally:
             Path(tmp_name).unlink(missing_ok=True)
