@@ -24,7 +24,10 @@ from verify.buildtree import BASELINE_TAG, BuildTree, build_root
 from verify.errors import PatchbenchError
 
 PACKAGE = "vllm"
-ROOT_PATHS = ["vllm", "tests"]
+# vllm.egg-info: vLLM reads its own version through importlib.metadata (platform and Triton
+# detection depend on it), so a root without the sdist's metadata behaves unlike the release.
+ROOT_PATHS = ["vllm", "tests", "vllm.egg-info"]
+LAYOUT = "2"  # bump when ROOT_PATHS changes, so cached roots are rebuilt
 
 
 def _is_vllm(name: str) -> bool:
@@ -66,13 +69,14 @@ class ImportRoot:
 
 def _materialize_rev(tree: BuildTree, rev: str) -> Path:
     commit = tree.git("rev-parse", f"{rev}^{{commit}}")
-    target = build_root() / "roots" / tree.version / commit[:12]
+    target = build_root() / "roots" / tree.version / f"{commit[:12]}-{LAYOUT}"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".root-", dir=target.parent))
+    present = [p for p in ROOT_PATHS if tree.git("ls-tree", "--name-only", commit, "--", p)]
     try:
-        tree.export_tree(commit, staging, ROOT_PATHS)
+        tree.export_tree(commit, staging, present)
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
