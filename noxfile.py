@@ -148,7 +148,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def kernels(session: nox.Session) -> None:
     """Standalone Triton kernels under development (scripts/kernels) on CPU via the interpreter."""
-    session.install(_cpu_torch(), "triton", "numpy", "pytest")
+    session.install(_cpu_torch(), "triton", "numpy", "pytest", "gitpython")
     session.install("--no-deps", "-e", ".")
     session.env["TRITON_INTERPRET"] = "1"
     session.run("python", "-m", "pytest", "tests/test_split_recovered_kernel.py", "-q")
