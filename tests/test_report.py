@@ -51,7 +51,7 @@ def test_report_marks_missing_steps_not_run(make_tree, workspace):
     text = (index.parent / "0001-Perf-Faster-penalties.md").read_text()
     assert text.index("## Purpose") < text.index("## Test Plan") < text.index("## Test Result")
     assert "| Equivalence (pristine vs patched, randomized) | pass |" in text
-    assert "| End-to-end generation A/B | fail |" in text
+    assert "| End-to-end generation A/B (CPU) | fail |" in text
     assert "| gsm8k accuracy through lm_eval | not run |" in text  # seed 001's result is not ours
     assert "| Serving benchmark (vllm bench serve) | stale |" in text
     assert text.count("not run: no result file was recorded") == len(report.STEPS) - 4
@@ -59,3 +59,28 @@ def test_report_marks_missing_steps_not_run(make_tree, workspace):
     assert (index.parent / "bench.png").exists()
     matrix = index.read_text()
     assert "| [[Perf] Faster penalties](0001-Perf-Faster-penalties.md) | pass | not run |" in matrix
+
+
+def test_steps_go_to_the_most_specific_column():
+    assert report._category("e2e-gsm8k") == "gsm8k"
+    assert report._category("e2e-serve-bench") == "serve-bench"
+    assert report._category("e2e-embeddings") == "embeddings"
+    assert report._category("e2e-gpu-penalties-v1") == "e2e-gpu"
+    assert report._category("e2e-token-identity") == "e2e"
+    assert report._category("equivalence-003") == "equivalence"
+
+
+def test_not_run_on_cpu_marker_covers_cpu_e2e_columns():
+    from pathlib import Path
+
+    from verify.series import Patch
+
+    patch = Patch("0001-x.patch", Path("x"), "[Perf] x", "", {"Verify": "test_000_x.py"}, ())
+    found = [
+        _result("e2e-not-run-000", "000", "not run", reason="MRV2 is GPU only"),
+        _result("e2e-gsm8k", "series", "pass"),
+        _result("e2e-serve-bench", "series", "pass"),
+    ]
+    grouped = report.results_for(patch, found)
+    for key in report.CPU_E2E_STEPS:
+        assert report.verdict(grouped[key]) == "not run", key

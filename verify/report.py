@@ -18,18 +18,22 @@ from verify.series import Patch, read_series, series_hash
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 
-#: (step prefix, title) in report order; a result belongs to the first prefix its step starts with.
+#: (step key, title) in report order. A result belongs to the first key its step name
+#: contains, checked most specific first (see `_category`).
 STEPS: list[tuple[str, str]] = [
     ("equivalence", "Equivalence (pristine vs patched, randomized)"),
     ("upstream-tests", "Upstream vLLM tests of the touched area"),
     ("microbench", "Microbenchmark (A/B, interleaved)"),
     ("kernel", "Kernel benchmark vs roofline (GPU)"),
-    ("e2e", "End-to-end generation A/B"),
+    ("e2e", "End-to-end generation A/B (CPU)"),
+    ("e2e-gpu", "End-to-end generation A/B (GPU)"),
     ("embeddings", "Embeddings A/B"),
     ("gsm8k", "gsm8k accuracy through lm_eval"),
     ("serve-bench", "Serving benchmark (vllm bench serve)"),
     ("attribution", "Per-step attribution"),
 ]
+_MATCH_ORDER = [key for key, _ in STEPS if key != "e2e"] + ["e2e"]
+CPU_E2E_STEPS = ("e2e", "embeddings", "gsm8k", "serve-bench")
 
 
 def seed_of(patch: Patch) -> str | None:
@@ -38,9 +42,9 @@ def seed_of(patch: Patch) -> str | None:
 
 
 def _category(step: str) -> str | None:
-    for prefix, _ in STEPS:
-        if step.startswith(prefix):
-            return prefix
+    for key in _MATCH_ORDER:
+        if key in step:
+            return key
     return None
 
 
@@ -56,6 +60,12 @@ def results_for(patch: Patch, found: list[dict[str, Any]]) -> dict[str, list[dic
             own[category].append(result)
         elif category and result.get("seed") == "series":
             series[category].append(result)
+    # The CPU tier's "this patch's code path does not run on CPU" marker covers every CPU
+    # end-to-end column, so a series-wide CPU pass is not shown as this patch's pass.
+    not_on_cpu = [r for r in own["e2e"] if r.get("step", "").startswith("e2e-not-run")]
+    if not_on_cpu:
+        for key in CPU_E2E_STEPS:
+            own[key] = own[key] or not_on_cpu
     return {prefix: own[prefix] or series[prefix] for prefix, _ in STEPS}
 
 

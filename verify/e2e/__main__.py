@@ -25,6 +25,8 @@ NOT_RUN_ON_CPU = {
     "Model Runner V2 sampler path this patch changes is not run on CPU: GPU tier only",
     "001": "Triton kernel (rejection sampler): Triton has no CPU driver, so vLLM on CPU never "
     "launches it: not run on CPU, GPU tier only",
+    "010": "Triton kernel (split recovered-token sampling): on CPU vLLM keeps its native path, "
+    "so the new kernel is never launched: not run on CPU, GPU tier only",
 }
 
 
