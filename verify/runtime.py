@@ -84,9 +84,10 @@ if __name__ == "__main__":
 
 
 def cache_root() -> Path:
-    return Path(
-        os.environ.get("PATCHBENCH_CACHE_DIR") or Path.home() / ".cache" / "vllm-patchbench"
-    )
+    """The project's one cache root (``PATCHBENCH_CACHE_DIR``), shared with the sdist cache."""
+    from verify.sdist import cache_dir
+
+    return cache_dir()
 
 
 def recipe(version: str) -> dict:
