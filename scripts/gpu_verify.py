@@ -1,40 +1,59 @@
 #!/usr/bin/env python3
 """GPU verification tier (issue 8), run ON the lent GPU machine with the offline vLLM bundle.
 
-Needs only torch, transformers/tokenizers and the bundle (``PYTHONPATH=/tmp/vllm-bundle/site``);
-the series' changed files travel in an overlay folder made here by
-``python -m verify.gpu_overlay 0.22.0`` (``.gpu/overlay/<version>/{pristine,patched}/...``).
+Needs only what the GPU image has (torch, transformers, tokenizers, pytest) and the bundle
+(``PYTHONPATH=/tmp/vllm-bundle/site``). The series' changed files travel in an overlay folder
+made here by ``python -m verify.gpu_overlay 0.22.0 --only-patch 0005 --tests .gpu/tests``:
+``<overlay>/{pristine,patched,only-0005}/vllm/...``. Each variant becomes an import root (a
+copy of the bundle's site-packages with its files overlaid; ``pristine`` is the bundle itself,
+checked byte for byte against the sdist first).
 
-    python3 scripts/gpu_verify.py --version 0.22.0 --overlay .gpu/overlay/0.22.0 \
-        --steps penalties-v1,mrv2 --out $OUT
+    python3 scripts/gpu_verify.py --overlay .gpu/overlay/0.22.0 --steps penalties-v1 --out $OUT
 
-Each step runs pristine and patched in separate worker processes, interleaved (A B A B ...),
-and writes ``<out>/<step>.json`` with the exact command, GPU, versions and numbers.
+Steps (``--list`` prints them): engine steps keep one ``LLM`` per variant alive in its own
+worker process (started one after the other) and send the same workload to each in turn,
+alternating the order every round, so A and B see the same machine state; ``upstream-tests``
+runs pytest per variant; ``serve-bench`` starts one ``vllm serve`` per variant and alternates
+``vllm bench serve`` runs, then sends the same greedy gsm8k prompts to both.
+Every step writes ``<out>/<step>.json`` (partial results are rewritten after every round, so a
+run cut short keeps what it measured) with the command, GPU, versions and series hash.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import math
 import os
+import random
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 BUNDLE = Path("/tmp/vllm-bundle/site")
+SITES = Path("/tmp/pb-sites")
 MODEL = Path("/tmp/pb-model")
-PATCHED_SITE = Path("/tmp/pb-patched-site")
+GRIT_MODEL = Path("/tmp/pb-grit-model")
+SHIMS = Path("/tmp/pb-shims")
+HERE = Path(__file__).resolve()
+
+
+def say(message: str) -> None:
+    print(f"[gpu_verify {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# setup
+# models (random weights, local tokenizers: the GPU machine has no hub)
 def build_model(path: Path = MODEL) -> Path:
-    """Random-weight Qwen3-0.6B-shaped model + small byte-level BPE tokenizer (no hub)."""
+    """Random-weight Qwen3-0.6B-shaped model + small byte-level BPE tokenizer."""
     if (path / "config.json").exists():
         return path
     import glob
@@ -50,9 +69,7 @@ def build_model(path: Path = MODEL) -> Path:
     texts = [open(f, errors="ignore").read() for f in sources]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=4096,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=4096, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(texts, trainer)
     fast = PreTrainedTokenizerFast(
@@ -71,242 +88,643 @@ def build_model(path: Path = MODEL) -> Path:
     return path
 
 
-def build_patched_site(overlay: Path) -> dict[str, object]:
-    """Copy the bundle's site-packages and overlay the series' files; check pristine first."""
-    mismatched = []
-    files = sorted(
-        str(p.relative_to(overlay / "patched"))
-        for p in (overlay / "patched").rglob("*")
-        if p.is_file()
+GRIT_TOKENS = ["<unk>", "<s>", "</s>", "▁<", "<", "|", "embed", ">", "<0x0A>", "user"]
+
+
+def build_grit_model(path: Path = GRIT_MODEL) -> Path:
+    """Random-weight GritLM (Llama body, instruction-trimming mean pooler: it reads every
+    prompt's token ids on the host, the code path of seed 002) with a word-level tokenizer
+    that holds the tokens GritLM's pattern matcher looks up."""
+    if (path / "config.json").exists():
+        return path
+    import torch
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(GRIT_TOKENS)}
+    for i in range(len(vocab), 32000):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
-    for rel in files:
-        pristine = overlay / "pristine" / rel
-        bundled = BUNDLE / rel
-        if pristine.exists() and (
-            not bundled.exists() or bundled.read_bytes() != pristine.read_bytes()
-        ):
-            mismatched.append(rel)
+    fast.save_pretrained(path)
+    torch.manual_seed(1)
+    cfg = LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=4096,
+        bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = ["GritLM"]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+def grit_prompts(count: int, rng: random.Random) -> list[dict]:
+    """`<s> ▁< | embed | > <0x0A>` + 64..512 filler tokens: GritLM pools only the text after the
+    instruction, so a wrong prompt-token view changes the vector."""
+    ids = {t: i for i, t in enumerate(GRIT_TOKENS)}
+    head = [ids[t] for t in ("<s>", "▁<", "|", "embed", "|", ">", "<0x0A>")]
+    return [
+        {"prompt_token_ids": head + [rng.randrange(16, 32000) for _ in range(rng.randint(64, 512))]}
+        for _ in range(count)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# import roots
+def build_sites(overlay: Path, variants: set[str]) -> dict[str, object]:
+    """Check the bundle against the pristine sdist files, then make one import root per
+    non-pristine variant (a copy of the bundle with that variant's files overlaid)."""
+    pristine = overlay / "pristine"
+    mismatched = [
+        str(p.relative_to(pristine))
+        for p in pristine.rglob("*")
+        if p.is_file()
+        and (
+            not (BUNDLE / p.relative_to(pristine)).exists()
+            or (BUNDLE / p.relative_to(pristine)).read_bytes() != p.read_bytes()
+        )
+    ]
     if mismatched:
         raise SystemExit(f"bundle files differ from the pristine sdist: {mismatched}")
-    if PATCHED_SITE.exists():
-        shutil.rmtree(PATCHED_SITE)
-    shutil.copytree(BUNDLE, PATCHED_SITE, symlinks=True)
-    for rel in files:
-        target = PATCHED_SITE / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(overlay / "patched" / rel, target)
-    return {"overlaid_files": files}
+    info: dict[str, object] = {}
+    for variant in sorted(variants - {"pristine"}):
+        files = sorted(
+            str(p.relative_to(overlay / variant))
+            for p in (overlay / variant).rglob("*")
+            if p.is_file()
+        )
+        if not files:
+            raise SystemExit(f"overlay {overlay / variant} is empty or missing")
+        site = SITES / variant
+        marker = site / ".pb-overlay.json"
+        if not (marker.exists() and json.loads(marker.read_text()) == files):
+            if site.exists():
+                shutil.rmtree(site)
+            shutil.copytree(BUNDLE, site, symlinks=True)
+            for rel in files:
+                target = site / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(overlay / variant / rel, target)
+            for cache in site.rglob("__pycache__"):
+                if cache.parent.relative_to(site).parts[:1] == ("vllm",):
+                    shutil.rmtree(cache, ignore_errors=True)
+            marker.write_text(json.dumps(files))
+        info[variant] = files
+    return {"overlaid_files": info}
 
 
 def site_of(variant: str) -> Path:
-    return BUNDLE if variant == "pristine" else PATCHED_SITE
+    return BUNDLE if variant == "pristine" else SITES / variant
 
 
 # ---------------------------------------------------------------------------------------------
 # statistics
 def ratio_ci(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of b/a (paired by repeat) with a normal 95% CI; a, b are throughputs or times."""
+    """Mean of b/a over paired rounds, with a Student-t 95% CI when there are >= 2 rounds."""
     ratios = [y / x for x, y in zip(a, b, strict=True) if x]
+    if not ratios:
+        return {"ratio": float("nan"), "n": 0}
     mean = statistics.fmean(ratios)
-    half = (
-        1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios))
-        if len(ratios) > 1
-        else float("nan")
-    )
-    return {"ratio": mean, "ci95_low": mean - half, "ci95_high": mean + half, "n": len(ratios)}
+    out = {"ratio": mean, "n": len(ratios)}
+    if len(ratios) > 1:
+        t975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262]
+        t = t975[len(ratios) - 2] if len(ratios) - 2 < len(t975) else 1.96
+        half = t * statistics.stdev(ratios) / math.sqrt(len(ratios))
+        out.update(ci95_low=mean - half, ci95_high=mean + half)
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[index]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
-# worker (runs in a child process with PYTHONPATH = one variant's site)
+# engine worker (a child process; PYTHONPATH = one variant's import root)
 def worker(args: argparse.Namespace) -> None:
-    import random
+    spec = STEPS[args.step]
+    from vllm import LLM
 
-    from vllm import LLM, SamplingParams
-
-    spec = json.loads(args.spec)
-    rng = random.Random(0)
-    prompts = [
-        {"prompt_token_ids": [rng.randrange(10, 4000) for _ in range(spec["input_len"])]}
-        for _ in range(spec["batch"])
-    ]
     t0 = time.perf_counter()
-    llm = LLM(
-        model=str(MODEL), seed=0, max_model_len=spec["input_len"] + spec["output_len"] + 16,
-        gpu_memory_utilization=0.6, max_num_seqs=spec["batch"],
-    )  # fmt: skip
-    startup = time.perf_counter() - t0
-    results = {"startup_s": startup, "configs": {}}
-    for name, params in spec["configs"].items():
-        sampling = [
-            SamplingParams(max_tokens=spec["output_len"], ignore_eos=True, seed=1000 + i, **params)
-            for i in range(len(prompts))
-        ]
-        llm.generate(prompts[:4], [SamplingParams(max_tokens=8, **params)] * 4, use_tqdm=False)
-        _reset_timers()
+    model = build_grit_model() if spec.get("model") == "grit" else MODEL
+    llm = LLM(model=str(model), seed=0, **spec["engine"])
+    ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid()}
+    _atomic_write(Path(args.result_prefix + "-ready.json"), ready)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "exit":
+            break
+        config = spec["configs"][request["config"]]
+        result = _run_config(llm, spec, config, warmup=request.get("warmup", False))
+        _atomic_write(Path(f"{args.result_prefix}-{request['seq']}.json"), result)
+
+
+def _atomic_write(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
+    rng = random.Random(0)
+    if spec.get("model") == "grit":
+        prompts = grit_prompts(config["prompts"] if not warmup else 8, rng)
         t0 = time.perf_counter()
-        outs = llm.generate(prompts, sampling, use_tqdm=False)
+        outs = llm.embed(prompts, use_tqdm=False)
         elapsed = time.perf_counter() - t0
-        tokens = [list(o.outputs[0].token_ids) for o in outs]
-        results["configs"][name] = {
+        vectors = [list(map(float, o.outputs.embedding)) for o in outs]
+        return {
             "elapsed_s": elapsed,
-            "output_tokens": sum(len(t) for t in tokens),
-            "tok_per_s": sum(len(t) for t in tokens) / elapsed,
-            "token_ids_hash": _hash(tokens),
-            "timers": _timers(),
+            "prompts": len(prompts),
+            "prompt_tokens": sum(len(p["prompt_token_ids"]) for p in prompts),
+            "prompts_per_s": len(prompts) / elapsed,
+            "vectors_hash": digest(vectors),
+            "dim": len(vectors[0]),
         }
-    Path(args.result).write_text(json.dumps(results))
+    from vllm import SamplingParams
+
+    batch, input_len = config["batch"], config.get("input_len", spec.get("input_len", 32))
+    output_len = 8 if warmup else config["output_len"]
+    prompts = [
+        {"prompt_token_ids": [rng.randrange(10, 4000) for _ in range(input_len)]}
+        for _ in range(4 if warmup else batch)
+    ]
+    sampling = [
+        SamplingParams(max_tokens=output_len, ignore_eos=True, seed=1000 + i, **config["params"])
+        for i in range(len(prompts))
+    ]
+    _timers_call("reset")
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, sampling, use_tqdm=False)
+    elapsed = time.perf_counter() - t0
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    n_tokens = sum(len(t) for t in tokens)
+    return {
+        "elapsed_s": elapsed,
+        "output_tokens": n_tokens,
+        "tok_per_s": n_tokens / elapsed,
+        "token_ids_hash": digest(tokens),
+        "first_tokens": tokens[0][:16],
+        "attribution": None if warmup else attribution(_timers_call("snapshot")),
+    }
 
 
-def _hash(tokens: list[list[int]]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
-
-
-def _timers_module():
+def _timers_call(name: str):
     try:
-        from vllm.v1.worker import sample_tokens_timing
-
-        return sample_tokens_timing if sample_tokens_timing.ENABLED else None
+        from vllm.v1.worker import sample_tokens_timing as timing
     except ImportError:
         return None
+    return getattr(timing, name)() if timing.ENABLED else None
 
 
-def _reset_timers() -> None:
-    module = _timers_module()
-    if module:
-        module.reset()
-
-
-def _timers() -> dict[str, object] | None:
-    module = _timers_module()
-    return module.snapshot() if module else None
-
-
-# ---------------------------------------------------------------------------------------------
-# steps
-PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
-STEPS = {
-    # step 2 (+5): V1 runner, plain vs penalties, long generations
-    "penalties-v1": {
-        "env": {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
-        "spec": {
-            "batch": 64, "input_len": 32, "output_len": 4096,
-            "configs": {"plain": {"top_p": 0.95}, "penalties": {"top_p": 0.95, **PENALTIES}},
-        },
-        "repeats": 1,
-    },
-    # step 3: MRV2 runner, a batch where no request needs logits processing
-    "mrv2": {
-        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
-        "spec": {
-            "batch": 128, "input_len": 2, "output_len": 512,
-            "configs": {"plain": {"temperature": 1.0}, "greedy": {"temperature": 0.0}},
-        },
-        "repeats": 2,
-    },
-}  # fmt: skip
-
-
-def run_step(name: str, args: argparse.Namespace, out: Path) -> dict[str, object]:
-    step = STEPS[name]
-    runs: dict[str, list[dict]] = {"pristine": [], "patched": []}
-    for repeat in range(step["repeats"]):
-        order = ("pristine", "patched") if repeat % 2 == 0 else ("patched", "pristine")
-        for variant in order:
-            result_file = out / f"{name}-{variant}-{repeat}.json"
-            env = dict(os.environ, PYTHONPATH=str(site_of(variant)), **step["env"])
-            env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
-            cmd = [
-                sys.executable, __file__, "_worker", "--spec", json.dumps(step["spec"]),
-                "--result", str(result_file),
-            ]  # fmt: skip
-            print(f"[gpu_verify] {name} {variant} repeat {repeat}", flush=True)
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                (out / f"{name}-{variant}-{repeat}.log").write_text(proc.stdout + proc.stderr)
-                raise SystemExit(f"{name} {variant} failed:\n{proc.stderr[-3000:]}")
-            data = json.loads(result_file.read_text())
-            data["wall_s"] = time.perf_counter() - t0
-            runs[variant].append(data)
-    summary: dict[str, object] = {}
-    for config in step["spec"]["configs"]:
-        a = [r["configs"][config]["tok_per_s"] for r in runs["pristine"]]
-        b = [r["configs"][config]["tok_per_s"] for r in runs["patched"]]
-        hashes = {v: {r["configs"][config]["token_ids_hash"] for r in runs[v]} for v in runs}
-        summary[config] = {
-            "pristine_tok_s": a,
-            "patched_tok_s": b,
-            "throughput_ratio_patched_over_pristine": ratio_ci(a, b),
-            "tokens_identical": hashes["pristine"] == hashes["patched"]
-            and len(hashes["patched"]) == 1,
-            "attribution": _attribution(runs["patched"][0]["configs"][config].get("timers")),
-        }
-    return {"runs": runs, "summary": summary}
-
-
-def _attribution(timers: dict | None) -> dict[str, float] | None:
-    """p50/p99 of sample_tokens split into readiness wait and compute (004's timers), plus the
-    readiness wait paid later in get_output."""
+def attribution(timers: dict | None) -> dict[str, float] | None:
+    """p50/p99 (ms) of V1 sample_tokens split into readiness wait and compute (004's timers),
+    and the readiness wait paid later in AsyncGPUModelRunnerOutput.get_output."""
     if not timers or not timers.get("steps"):
         return None
     rows = [dict(zip(timers["step_fields"], row, strict=True)) for row in timers["steps"]]
     out: dict[str, float] = {"steps": len(rows), "waited_steps": sum(r["waited"] for r in rows)}
-    for key in ("sample_tokens_s", "ready_wait_s", "compute_s"):
+    for key in ("sample_tokens_s", "ready_wait_s", "compute_s", "update_async_output_s"):
         values = [r[key] * 1e3 for r in rows]
         out[f"{key[:-2]}_p50_ms"] = percentile(values, 50)
         out[f"{key[:-2]}_p99_ms"] = percentile(values, 99)
+        out[f"{key[:-2]}_mean_ms"] = statistics.fmean(values)
     waits = [row[0] * 1e3 for row in timers.get("get_output", [])]
     out["get_output_wait_p50_ms"] = percentile(waits, 50)
     out["get_output_wait_p99_ms"] = percentile(waits, 99)
+    # p99 step: how much of it was the readiness wait
+    top = sorted(rows, key=lambda r: r["sample_tokens_s"])[-max(1, len(rows) // 100) :]
+    out["p99_tail_wait_share"] = sum(r["ready_wait_s"] for r in top) / max(
+        1e-12, sum(r["sample_tokens_s"] for r in top)
+    )
     return out
+
+
+class Engine:
+    """One variant's LLM in a worker process, driven through stdin; results come back as files."""
+
+    def __init__(self, step: str, variant: str, out: Path, env: dict[str, str]) -> None:
+        self.prefix = str(out / "raw" / f"{step}-{variant}")
+        self.seq = 0
+        self.log = open(self.prefix + ".log", "w")
+        cmd = [sys.executable, str(HERE), "_worker", "--step", step, "--result-prefix", self.prefix]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+        self.ready = self._wait(Path(self.prefix + "-ready.json"), timeout=400)
+
+    def _wait(self, path: Path, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if self.proc.poll() is not None:
+                tail = Path(self.prefix + ".log").read_text()[-3000:]
+                raise RuntimeError(f"worker {self.prefix} exited ({self.proc.returncode}):\n{tail}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker {self.prefix}: no {path.name} after {timeout:.0f} s")
+            time.sleep(0.2)
+        return json.loads(path.read_text())
+
+    def call(self, config: str, warmup: bool = False, timeout: float = 400) -> dict:
+        self.seq += 1
+        self.proc.stdin.write(json.dumps({"op": "run", "config": config, "seq": self.seq,
+                                          "warmup": warmup}) + "\n")  # fmt: skip
+        self.proc.stdin.flush()
+        return self._wait(Path(f"{self.prefix}-{self.seq}.json"), timeout)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except Exception:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+def run_engine_step(name: str, out: Path, meta: dict) -> dict:
+    spec = STEPS[name]
+    data: dict = {**meta, "step": name, "spec": spec, "rounds": [], "startup": {}}
+    engines: dict[str, Engine] = {}
+    try:
+        for variant in spec["variants"]:
+            env = dict(os.environ, PYTHONPATH=str(site_of(variant)), **spec.get("env", {}))
+            env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
+            say(f"{name}: starting {variant} engine")
+            engines[variant] = Engine(name, variant, out, env)
+            data["startup"][variant] = engines[variant].ready
+            say(f"{name}: {variant} ready in {engines[variant].ready['startup_s']:.0f} s")
+        for config in spec["configs"]:
+            for engine in engines.values():
+                engine.call(config, warmup=True)
+        variants = list(spec["variants"])
+        for repeat in range(spec.get("repeats", 1)):
+            for i, config in enumerate(spec["configs"]):
+                order = variants if (repeat + i) % 2 == 0 else variants[::-1]
+                for variant in order:
+                    result = engines[variant].call(config)
+                    data["rounds"].append(
+                        {"repeat": repeat, "config": config, "variant": variant, **result}
+                    )
+                    say(f"{name}: {config} {variant} r{repeat}: " + _brief(result))
+                data["summary"] = summarize(spec, data["rounds"])
+                write_json(out / f"{name}.json", data)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    data["summary"] = summarize(spec, data["rounds"])
+    return data
+
+
+def _brief(result: dict) -> str:
+    if "tok_per_s" in result:
+        return f"{result['tok_per_s']:.0f} tok/s in {result['elapsed_s']:.1f} s"
+    return f"{result['prompts_per_s']:.0f} prompts/s in {result['elapsed_s']:.2f} s"
+
+
+def summarize(spec: dict, rounds: list[dict]) -> dict:
+    variants = spec["variants"]
+    base = variants[0]
+    summary: dict = {}
+    for config in spec["configs"]:
+        rows = [r for r in rounds if r["config"] == config]
+        metric = "tok_per_s" if rows and "tok_per_s" in rows[0] else "prompts_per_s"
+        hash_key = "token_ids_hash" if metric == "tok_per_s" else "vectors_hash"
+        per = {v: [r for r in rows if r["variant"] == v] for v in variants}
+        entry: dict = {"metric": metric}
+        for v in variants:
+            entry[v] = {
+                metric: [r[metric] for r in per[v]],
+                "hashes": sorted({r[hash_key] for r in per[v]}),
+                "attribution": next((r["attribution"] for r in per[v] if r.get("attribution")), None),
+            }
+        for v in variants[1:]:
+            n = min(len(per[base]), len(per[v]))
+            entry[f"{v}_over_{base}"] = ratio_ci(
+                [r[metric] for r in per[base][:n]], [r[metric] for r in per[v][:n]]
+            )
+        all_hashes = {h for v in variants for h in entry[v]["hashes"]}
+        entry["outputs_identical"] = len(all_hashes) == 1
+        summary[config] = entry
+    return summary
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1, default=str))
+
+
+# ---------------------------------------------------------------------------------------------
+# upstream tests
+UPSTREAM_TESTS = [
+    "tests/v1/sample/test_rejection_sampler.py",
+    "tests/v1/sample/test_sampler.py",
+    "tests/v1/worker/test_gpu_input_batch.py",
+]
+SERIES_TESTS = [
+    "tests/v1/sample/test_penalties_output_tokens.py",
+    "tests/v1/sample/test_thinking_budget_scan.py",
+    "tests/v1/worker/test_sample_tokens_timing.py",
+]
+
+
+def _pytest_both(roots: dict[str, Path], out: Path, extra: list[str]) -> dict[str, tuple]:
+    """Run pytest for each variant at once; returns {variant: (returncode, junit, cmd)}."""
+    procs = {}
+    for variant, root in roots.items():
+        files = UPSTREAM_TESTS + (SERIES_TESTS if variant == "patched" else [])
+        junit = out / "raw" / f"upstream-tests-{variant}.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "4",
+               f"--junitxml={junit}", *extra, *files]  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=f"{site_of(variant)}:{root}:{SHIMS}")
+        log = open(out / "raw" / f"upstream-tests-{variant}.log", "a")
+        say(f"upstream-tests: {variant}: {' '.join(cmd[3:])}")
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        procs[variant] = (proc, junit, cmd, log)
+    results = {}
+    for variant, (proc, junit, cmd, log) in procs.items():
+        rc = proc.wait(timeout=500)
+        log.close()
+        results[variant] = (rc, junit, cmd)
+    return results
+
+
+def run_upstream_tests(out: Path, meta: dict, tests_dir: Path) -> dict:
+    """pytest on the touched areas' upstream test files, pristine and patched side by side
+    (two processes at once: correctness, not timing). The patched tree is the pristine tests
+    tree with the series' test files overlaid."""
+    import xml.etree.ElementTree as ET
+
+    (SHIMS / "tblib").mkdir(parents=True, exist_ok=True)
+    # tests/conftest.py imports tblib (a test-only dependency the GPU image lacks) only to
+    # pickle exceptions across subprocesses; none of these tests needs that.
+    (SHIMS / "tblib" / "__init__.py").write_text("")
+    (SHIMS / "tblib" / "pickling_support.py").write_text("def install(*a, **k):\n    pass\n")
+    roots = {"pristine": tests_dir / "pristine", "patched": SITES / "tests-patched"}
+    if roots["patched"].exists():
+        shutil.rmtree(roots["patched"])
+    shutil.copytree(roots["pristine"], roots["patched"])
+    shutil.copytree(tests_dir / "patched", roots["patched"], dirs_exist_ok=True)
+    data: dict = {**meta, "step": "upstream-tests", "variants": {}}
+    for variant, (rc, junit, cmd) in _pytest_both(roots, out, []).items():
+        if rc in (2, 3, 4):  # collection/usage error: retry without the repo's conftest.py
+            say(f"upstream-tests: {variant}: rc {rc}; retrying with --noconftest")
+            rc, junit, cmd = _pytest_both({variant: roots[variant]}, out, ["--noconftest"])[variant]
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        failed: list[str] = []
+        if junit.exists():
+            for suite in ET.parse(junit).getroot().iter("testsuite"):
+                for key in counts:
+                    counts[key] += int(suite.get(key, 0))
+            for case in ET.parse(junit).getroot().iter("testcase"):
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed.append(f"{case.get('classname')}::{case.get('name')}")
+        counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        tail = (out / "raw" / f"upstream-tests-{variant}.log").read_text()[-1500:]
+        data["variants"][variant] = {"returncode": rc, "command": " ".join(cmd[1:]), **counts,
+                                     "failed": failed, "log_tail": tail}  # fmt: skip
+        say(f"upstream-tests: {variant}: rc {rc} {counts}")
+    pristine_failed = set(data["variants"]["pristine"]["failed"])
+    data["summary"] = {
+        "new_failures": sorted(set(data["variants"]["patched"]["failed"]) - pristine_failed),
+        "pre_existing_failures": sorted(pristine_failed & set(data["variants"]["patched"]["failed"])),
+    }
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# serving: vllm serve + vllm bench serve, then greedy gsm8k completions on both servers
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", *args]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _complete(port: int, prompt: str, max_tokens: int) -> str:
+    body = json.dumps({"model": str(MODEL), "prompt": prompt, "max_tokens": max_tokens,
+                       "temperature": 0.0, "seed": 0}).encode()  # fmt: skip
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+
+
+def _gsm8k_prompts(path: Path, count: int) -> list[tuple[str, str]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:count]]
+    return [(f"Question: {r['question']}\nAnswer:", r["answer"].split("####")[-1].strip()) for r in rows]
+
+
+def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
+    variants = ["pristine", "patched"]
+    ports = {"pristine": 8101, "patched": 8102}
+    data: dict = {**meta, "step": "serve-bench", "rounds": [], "startup": {}}
+    procs = {}
+    try:
+        for variant in variants:
+            env = dict(os.environ, PYTHONPATH=str(site_of(variant)), VLLM_USE_V2_MODEL_RUNNER="1")
+            log = open(out / "raw" / f"serve-{variant}.log", "w")
+            cmd = _cli("serve", str(MODEL), "--port", str(ports[variant]), "--host", "127.0.0.1",
+                       "--gpu-memory-utilization", "0.4", "--max-model-len", "2048", "--seed", "0")  # fmt: skip
+            t0 = time.perf_counter()
+            procs[variant] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True), log)  # fmt: skip
+            while not _healthy(ports[variant]):
+                if procs[variant][0].poll() is not None or time.perf_counter() - t0 > 300:
+                    raise RuntimeError(f"vllm serve ({variant}) never became healthy; "
+                                       f"see raw/serve-{variant}.log")  # fmt: skip
+                time.sleep(1)
+            data["startup"][variant] = time.perf_counter() - t0
+            say(f"serve-bench: {variant} healthy after {data['startup'][variant]:.0f} s")
+        for repeat in range(3):
+            for variant in variants if repeat % 2 == 0 else variants[::-1]:
+                name = f"bench-{variant}-{repeat}.json"
+                cmd = _cli("bench", "serve", "--model", str(MODEL), "--dataset-name", "random",
+                           "--host", "127.0.0.1", "--port", str(ports[variant]),
+                           "--random-input-len", "2", "--random-output-len", "512",
+                           "--request-rate", "inf", "--num-prompts", "128", "--num-warmups", "16",
+                           "--ignore-eos", "--seed", "0", "--save-result",
+                           "--result-dir", str(out / "raw"), "--result-filename", name)  # fmt: skip
+                env = dict(os.environ, PYTHONPATH=str(site_of(variant)))
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+                if proc.returncode:
+                    raise RuntimeError(f"bench serve failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                result = json.loads((out / "raw" / name).read_text())
+                keep = {k: result.get(k) for k in ("output_throughput", "request_throughput",
+                        "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
+                        "median_ttft_ms", "p99_ttft_ms", "completed", "total_output_tokens")}  # fmt: skip
+                data["rounds"].append({"repeat": repeat, "variant": variant, **keep})
+                say(f"serve-bench: {variant} r{repeat}: {keep['output_throughput']:.0f} out tok/s")
+        a = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "pristine"]
+        b = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "patched"]
+        data["summary"] = {"output_throughput_patched_over_pristine": ratio_ci(a, b)}
+        write_json(out / "serve-bench.json", data)
+        if gsm8k:
+            data["gsm8k"] = _gsm8k_identity(ports, gsm8k)
+    finally:
+        for proc, log in procs.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+    return data
+
+
+def _gsm8k_identity(ports: dict[str, int], path: Path, count: int = 64) -> dict:
+    """Greedy gsm8k completions (zero-shot, 256 tokens) from both servers: per-sample identity,
+    and strict-match accuracy (~0 with random weights). Not lm_eval: lm_eval is not on the GPU
+    machine (the CPU tier runs it); this sends the same kind of requests its local-completions
+    model sends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = _gsm8k_prompts(path, count)
+    answers: dict[str, list[str]] = {}
+    for variant, port in ports.items():  # one server at a time, all prompts in flight
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            answers[variant] = list(pool.map(lambda p: _complete(port, p[0], 256), prompts))
+    pattern = re.compile(r"#### (\-?[0-9\.\,]+)")
+
+    def score(texts: list[str]) -> float:
+        hits = 0
+        for text, (_, gold) in zip(texts, prompts, strict=True):
+            match = pattern.search(text)
+            hits += bool(match and match.group(1).replace(",", "").rstrip(".") == gold.replace(",", ""))
+        return hits / len(texts)
+
+    same = sum(a == b for a, b in zip(answers["pristine"], answers["patched"], strict=True))
+    return {
+        "samples": len(prompts),
+        "identical_responses": same,
+        "accuracy": {v: score(t) for v, t in answers.items()},
+        "responses_hash": {v: digest(t) for v, t in answers.items()},
+        "note": "greedy /v1/completions, zero-shot 'Question: ...\\nAnswer:' prompts, 256 tokens; "
+        "not lm_eval (not on the GPU machine); random weights, so accuracy is ~0 by construction",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
+V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+STEPS: dict[str, dict] = {
+    # step 2 (+5 for the patched side): V1 runner, plain vs penalties at long generations
+    "penalties-v1": {
+        "seed": "003", "env": V1, "variants": ["pristine", "patched"], "repeats": 1,
+        "engine": {"max_model_len": 4096 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 64},
+        "configs": {
+            "plain": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95}},
+            "penalties": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95, **PENALTIES}},
+        },
+    },
+    # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
+    "attribution": {
+        "seed": "004", "env": V1, "variants": ["only-0005", "patched"], "repeats": 2,
+        "engine": {"max_model_len": 2048 + 48, "gpu_memory_utilization": 0.3, "max_num_seqs": 64},
+        "configs": {
+            "b8-plain": {"batch": 8, "output_len": 512, "params": {"top_p": 0.95}},
+            "b32-plain": {"batch": 32, "output_len": 512, "params": {"top_p": 0.95}},
+            "b64-penalties": {"batch": 64, "output_len": 2048, "params": {"top_p": 0.95, **PENALTIES}},
+        },
+    },
+    # step 3: MRV2 runner, batches where no request needs logits processing
+    "mrv2": {
+        "seed": "000", "env": {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        "variants": ["pristine", "patched"], "repeats": 3, "input_len": 2,
+        "engine": {"max_model_len": 1024, "gpu_memory_utilization": 0.3, "max_num_seqs": 128},
+        "configs": {
+            "random": {"batch": 128, "output_len": 512, "params": {"temperature": 1.0}},
+            "greedy": {"batch": 128, "output_len": 512, "params": {"temperature": 0.0}},
+        },
+    },
+    # step 4: pooling with a pooler that reads prompt token ids on the host
+    "embed-gritlm": {
+        "seed": "002", "model": "grit", "variants": ["pristine", "patched"], "repeats": 3,
+        "engine": {"runner": "pooling", "max_model_len": 1024, "gpu_memory_utilization": 0.3},
+        "configs": {"embed": {"prompts": 2048}},
+    },
+}  # fmt: skip
+OTHER_STEPS = {"upstream-tests": "step 6: pytest, pristine vs patched", "serve-bench": "step 7"}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd")
     w = sub.add_parser("_worker")
-    w.add_argument("--spec", required=True)
-    w.add_argument("--result", required=True)
+    w.add_argument("--step", required=True)
+    w.add_argument("--result-prefix", required=True)
     parser.add_argument("--version", default="0.22.0")
     parser.add_argument("--overlay", type=Path)
+    parser.add_argument("--tests", type=Path, help="folder made by verify.gpu_overlay --tests")
+    parser.add_argument("--gsm8k", type=Path, help="gsm8k test.jsonl for the serve step")
     parser.add_argument("--steps", default="penalties-v1")
+    parser.add_argument("--list", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/pb-out")))
     args = parser.parse_args()
     if args.cmd == "_worker":
         worker(args)
         return 0
+    if args.list:
+        for name, spec in STEPS.items():
+            print(f"{name:16} seed {spec['seed']}: {', '.join(spec['configs'])}")
+        for name, text in OTHER_STEPS.items():
+            print(f"{name:16} {text}")
+        return 0
+    steps = args.steps.split(",")
+    unknown = [s for s in steps if s not in STEPS and s not in OTHER_STEPS]
+    if unknown or not args.overlay:
+        parser.error(f"unknown steps {unknown}" if unknown else "--overlay is required")
     import torch
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    overlay_info = build_patched_site(args.overlay)
-    build_model()
+    (args.out / "raw").mkdir(parents=True, exist_ok=True)
+    variants = {"pristine", "patched"} | {v for s in steps if s in STEPS for v in STEPS[s]["variants"]}
+    t0 = time.perf_counter()
     meta = {
-        "command": " ".join(sys.argv),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "vllm_version": args.version,
-        "series_hash": (args.overlay / "SERIES_HASH").read_text().strip()
-        if (args.overlay / "SERIES_HASH").exists()
-        else "unknown",
+        "series_hash": (args.overlay / "SERIES_HASH").read_text().strip(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        **overlay_info,
+        **build_sites(args.overlay, variants),
     }
-    for name in args.steps.split(","):
+    build_model()
+    say(f"import roots and model ready in {time.perf_counter() - t0:.0f} s")
+    for name in steps:
         t0 = time.perf_counter()
-        data = run_step(name, args, args.out)
-        data.update(meta, step=name, step_wall_s=time.perf_counter() - t0)
-        (args.out / f"{name}.json").write_text(json.dumps(data, indent=2))
-        print(json.dumps({name: data["summary"]}, indent=1), flush=True)
+        try:
+            if name in STEPS:
+                data = run_engine_step(name, args.out, meta)
+            elif name == "upstream-tests":
+                data = run_upstream_tests(args.out, meta, args.tests)
+            else:
+                data = run_serve_bench(args.out, meta, args.gsm8k)
+        except Exception as exc:  # keep going: one failed step must not cost the others
+            say(f"{name} FAILED: {exc}")
+            partial = args.out / f"{name}.json"
+            data = json.loads(partial.read_text()) if partial.exists() else {**meta, "step": name}
+            data["error"] = str(exc)[-4000:]
+        data["step_wall_s"] = time.perf_counter() - t0
+        write_json(args.out / f"{name}.json", data)
+        say(f"{name} done in {data['step_wall_s']:.0f} s: "
+            + json.dumps(data.get("summary", data.get("error")), default=str)[:2000])  # fmt: skip
     return 0
 
 

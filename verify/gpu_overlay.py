@@ -1,14 +1,20 @@
-"""Pack the series' changed package files for the GPU machine (which has no git and no sdist).
+"""Pack the series' changed files for the GPU machine (which has no git and no sdist).
 
-`python -m verify.gpu_overlay <version> [--out .gpu/overlay]` writes
-``<out>/<version>/{pristine,patched}/vllm/...`` and ``SERIES_HASH``; carry that folder with the
-device run and point ``scripts/gpu_verify.py --overlay`` at it.
+`python -m verify.gpu_overlay <version> [--out .gpu/overlay] [--only-patch N] [--tests DIR]`
+writes ``<out>/<version>/{pristine,patched}/vllm/...`` and ``SERIES_HASH``; with
+``--only-patch 0005`` also ``<out>/<version>/only-0005/vllm/...`` (pristine + that one patch,
+e.g. the 004 timers without the fixes they measure). ``--tests DIR`` exports the pristine
+``tests/`` tree into ``DIR/pristine`` and the series' changed test files into ``DIR/patched``
+(the upstream test step). Carry those folders with the device run and point
+``scripts/gpu_verify.py --overlay / --tests`` at them.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 from verify.buildtree import BASELINE_TAG, BuildTree
@@ -16,7 +22,12 @@ from verify.series import series_hash
 from verify.versions import require_pinned
 
 
-def pack(version: str, out: Path) -> Path:
+def _write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+def pack(version: str, out: Path, only_patches: list[str] = ()) -> Path:
     tree = BuildTree(require_pinned(version))
     tree.apply()
     target = out / version
@@ -28,19 +39,65 @@ def pack(version: str, out: Path) -> Path:
         for label, rev in (("pristine", BASELINE_TAG), ("patched", "HEAD")):
             data = tree.read_bytes(rev, name)
             if data is not None:
-                path = target / label / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                _write(target / label / name, data)
+    for number in only_patches:
+        _pack_single(tree, number, target / f"only-{number}")
     (target / "SERIES_HASH").write_text(series_hash(version) + "\n")
     return target
+
+
+def _pack_single(tree: BuildTree, number: str, dest: Path) -> None:
+    """Pristine files + one patch of the series (`git apply` in a scratch copy)."""
+    matches = sorted(tree.series_path.glob(f"{number}-*.patch"))
+    if len(matches) != 1:
+        raise SystemExit(f"--only-patch {number}: expected one patch file, found {matches}")
+    patch = matches[0]
+    names = subprocess.run(
+        ["git", "apply", "--numstat", str(patch)], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    files = [line.split("\t")[2] for line in names if line.count("\t") == 2]
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        for name in files:
+            data = tree.read_bytes(BASELINE_TAG, name)
+            if data is not None:
+                _write(work / name, data)
+        subprocess.run(["git", "init", "-q", str(work)], check=True)
+        result = subprocess.run(
+            ["git", "-C", str(work), "apply", str(patch.resolve())], capture_output=True, text=True
+        )
+        if result.returncode:
+            raise SystemExit(f"{patch.name} does not apply to pristine alone:\n{result.stderr}")
+        for name in files:
+            if name.startswith("vllm/") and (work / name).exists():
+                _write(dest / name, (work / name).read_bytes())
+
+
+def pack_tests(version: str, out: Path) -> Path:
+    """Pristine `tests/` tree + the series' changed/added test files, for upstream tests."""
+    tree = BuildTree(require_pinned(version))
+    tree.apply()
+    if out.exists():
+        shutil.rmtree(out)
+    tree.export_tree(BASELINE_TAG, out / "pristine", ["tests"])
+    for name in tree.changed_files():
+        if name.startswith("tests/"):
+            data = tree.read_bytes("HEAD", name)
+            if data is not None:
+                _write(out / "patched" / name, data)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("version")
     parser.add_argument("--out", type=Path, default=Path(".gpu/overlay"))
+    parser.add_argument("--only-patch", action="append", default=[], metavar="NNNN")
+    parser.add_argument("--tests", type=Path, help="also export the tests/ trees here")
     args = parser.parse_args()
-    print(pack(args.version, args.out))
+    print(pack(args.version, args.out, args.only_patch))
+    if args.tests:
+        print(pack_tests(args.version, args.tests))
     return 0
 
 
