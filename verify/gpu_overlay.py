@@ -73,13 +73,27 @@ def _pack_single(tree: BuildTree, number: str, dest: Path) -> None:
                 _write(dest / name, (work / name).read_bytes())
 
 
+# The touched areas' test folders and what their imports and tests/conftest.py need (the whole
+# tests/ tree is 16 MiB: too much beside a bundle piece in one device run).
+TEST_PATHS = [
+    "tests/__init__.py",
+    "tests/conftest.py",
+    "tests/utils.py",
+    "tests/models/__init__.py",
+    "tests/models/utils.py",
+    "tests/v1/__init__.py",
+    "tests/v1/sample",
+    "tests/v1/worker",
+]
+
+
 def pack_tests(version: str, out: Path) -> Path:
-    """Pristine `tests/` tree + the series' changed/added test files, for upstream tests."""
+    """Pristine test files of the touched areas + the series' changed/added test files."""
     tree = BuildTree(require_pinned(version))
     tree.apply()
     if out.exists():
         shutil.rmtree(out)
-    tree.export_tree(BASELINE_TAG, out / "pristine", ["tests"])
+    tree.export_tree(BASELINE_TAG, out / "pristine", TEST_PATHS)
     for name in tree.changed_files():
         if name.startswith("tests/"):
             data = tree.read_bytes("HEAD", name)
