@@ -69,7 +69,9 @@ def build_model(path: Path = MODEL) -> Path:
     texts = [open(f, errors="ignore").read() for f in sources]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=4096, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=4096,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(texts, trainer)
     fast = PreTrainedTokenizerFast(
@@ -78,10 +80,18 @@ def build_model(path: Path = MODEL) -> Path:
     fast.save_pretrained(path)
     torch.manual_seed(0)
     cfg = Qwen3Config(
-        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-        max_position_embeddings=8192, tie_word_embeddings=True, eos_token_id=2, bos_token_id=0,
-    )  # fmt: skip
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=0,
+    )
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(path)
@@ -111,10 +121,16 @@ def build_grit_model(path: Path = GRIT_MODEL) -> Path:
     fast.save_pretrained(path)
     torch.manual_seed(1)
     cfg = LlamaConfig(
-        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=4096,
-        bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(path)
@@ -321,9 +337,14 @@ class Engine:
         self.log = open(self.prefix + ".log", "w")
         cmd = [sys.executable, str(HERE), "_worker", "--step", step, "--result-prefix", self.prefix]
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         self.ready = self._wait(Path(self.prefix + "-ready.json"), timeout=400)
 
     def _wait(self, path: Path, timeout: float) -> dict:
@@ -339,8 +360,9 @@ class Engine:
 
     def call(self, config: str, warmup: bool = False, timeout: float = 400) -> dict:
         self.seq += 1
-        self.proc.stdin.write(json.dumps({"op": "run", "config": config, "seq": self.seq,
-                                          "warmup": warmup}) + "\n")  # fmt: skip
+        self.proc.stdin.write(
+            json.dumps({"op": "run", "config": config, "seq": self.seq, "warmup": warmup}) + "\n"
+        )
         self.proc.stdin.flush()
         return self._wait(Path(f"{self.prefix}-{self.seq}.json"), timeout)
 
@@ -409,7 +431,9 @@ def summarize(spec: dict, rounds: list[dict]) -> dict:
             entry[v] = {
                 metric: [r[metric] for r in per[v]],
                 "hashes": sorted({r[hash_key] for r in per[v]}),
-                "attribution": next((r["attribution"] for r in per[v] if r.get("attribution")), None),
+                "attribution": next(
+                    (r["attribution"] for r in per[v] if r.get("attribution")), None
+                ),
             }
         for v in variants[1:]:
             n = min(len(per[base]), len(per[v]))
@@ -446,10 +470,24 @@ def _pytest_both(roots: dict[str, Path], out: Path, extra: list[str]) -> dict[st
     for variant, root in roots.items():
         files = UPSTREAM_TESTS + (SERIES_TESTS if variant == "patched" else [])
         junit = out / "raw" / f"upstream-tests-{variant}.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "4",
-               f"--junitxml={junit}", *extra, *files]  # fmt: skip
-        env = dict(os.environ, PYTHONPATH=f"{site_of(variant)}:{root}:{SHIMS}",
-                   VLLM_USE_FLASHINFER_SAMPLER="0")  # FlashInfer is not in the bundle  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "4",
+            f"--junitxml={junit}",
+            *extra,
+            *files,
+        ]
+        env = dict(
+            os.environ,
+            PYTHONPATH=f"{site_of(variant)}:{root}:{SHIMS}",
+            VLLM_USE_FLASHINFER_SAMPLER="0",
+        )  # FlashInfer is not in the bundle
         log = open(out / "raw" / f"upstream-tests-{variant}.log", "a")
         say(f"upstream-tests: {variant}: {' '.join(cmd[3:])}")
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -494,15 +532,24 @@ def run_upstream_tests(out: Path, meta: dict, tests_dir: Path) -> dict:
                     classname = case.get("classname", "")  # rootdir-independent name
                     classname = classname[classname.find("tests.") :]
                     failed.append(f"{classname}::{case.get('name')}")
-        counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        counts["passed"] = (
+            counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        )
         tail = (out / "raw" / f"upstream-tests-{variant}.log").read_text()[-1500:]
-        data["variants"][variant] = {"returncode": rc, "command": " ".join(cmd[1:]), **counts,
-                                     "failed": failed, "log_tail": tail}  # fmt: skip
+        data["variants"][variant] = {
+            "returncode": rc,
+            "command": " ".join(cmd[1:]),
+            **counts,
+            "failed": failed,
+            "log_tail": tail,
+        }
         say(f"upstream-tests: {variant}: rc {rc} {counts}")
     pristine_failed = set(data["variants"]["pristine"]["failed"])
     data["summary"] = {
         "new_failures": sorted(set(data["variants"]["patched"]["failed"]) - pristine_failed),
-        "pre_existing_failures": sorted(pristine_failed & set(data["variants"]["patched"]["failed"])),
+        "pre_existing_failures": sorted(
+            pristine_failed & set(data["variants"]["patched"]["failed"])
+        ),
     }
     return data
 
@@ -522,17 +569,27 @@ def _healthy(port: int) -> bool:
 
 
 def _complete(port: int, prompt: str, max_tokens: int) -> str:
-    body = json.dumps({"model": str(MODEL), "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0.0, "seed": 0}).encode()  # fmt: skip
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
-                                 {"Content-Type": "application/json"})  # fmt: skip
+    body = json.dumps(
+        {
+            "model": str(MODEL),
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": 0,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())["choices"][0]["text"]
 
 
 def _gsm8k_prompts(path: Path, count: int) -> list[tuple[str, str]]:
     rows = [json.loads(line) for line in path.read_text().splitlines()[:count]]
-    return [(f"Question: {r['question']}\nAnswer:", r["answer"].split("####")[-1].strip()) for r in rows]
+    return [
+        (f"Question: {r['question']}\nAnswer:", r["answer"].split("####")[-1].strip()) for r in rows
+    ]
 
 
 def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
@@ -544,35 +601,90 @@ def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
         for variant in variants:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), VLLM_USE_V2_MODEL_RUNNER="1")
             log = open(out / "raw" / f"serve-{variant}.log", "w")
-            cmd = _cli("serve", str(MODEL), "--port", str(ports[variant]), "--host", "127.0.0.1",
-                       "--gpu-memory-utilization", "0.4", "--max-model-len", "2048", "--seed", "0")  # fmt: skip
+            cmd = _cli(
+                "serve",
+                str(MODEL),
+                "--port",
+                str(ports[variant]),
+                "--host",
+                "127.0.0.1",
+                "--gpu-memory-utilization",
+                "0.4",
+                "--max-model-len",
+                "2048",
+                "--seed",
+                "0",
+            )
             t0 = time.perf_counter()
-            procs[variant] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True), log)  # fmt: skip
+            procs[variant] = (
+                subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                ),
+                log,
+            )
             while not _healthy(ports[variant]):
                 if procs[variant][0].poll() is not None or time.perf_counter() - t0 > 300:
-                    raise RuntimeError(f"vllm serve ({variant}) never became healthy; "
-                                       f"see raw/serve-{variant}.log")  # fmt: skip
+                    raise RuntimeError(
+                        f"vllm serve ({variant}) never became healthy; see raw/serve-{variant}.log"
+                    )
                 time.sleep(1)
             data["startup"][variant] = time.perf_counter() - t0
             say(f"serve-bench: {variant} healthy after {data['startup'][variant]:.0f} s")
         for repeat in range(3):
             for variant in variants if repeat % 2 == 0 else variants[::-1]:
                 name = f"bench-{variant}-{repeat}.json"
-                cmd = _cli("bench", "serve", "--model", str(MODEL), "--dataset-name", "random",
-                           "--host", "127.0.0.1", "--port", str(ports[variant]),
-                           "--random-input-len", "2", "--random-output-len", "512",
-                           "--request-rate", "inf", "--num-prompts", "128", "--num-warmups", "16",
-                           "--ignore-eos", "--seed", "0", "--save-result",
-                           "--result-dir", str(out / "raw"), "--result-filename", name)  # fmt: skip
+                cmd = _cli(
+                    "bench",
+                    "serve",
+                    "--model",
+                    str(MODEL),
+                    "--dataset-name",
+                    "random",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(ports[variant]),
+                    "--random-input-len",
+                    "2",
+                    "--random-output-len",
+                    "512",
+                    "--request-rate",
+                    "inf",
+                    "--num-prompts",
+                    "128",
+                    "--num-warmups",
+                    "16",
+                    "--ignore-eos",
+                    "--seed",
+                    "0",
+                    "--save-result",
+                    "--result-dir",
+                    str(out / "raw"),
+                    "--result-filename",
+                    name,
+                )
                 env = dict(os.environ, PYTHONPATH=str(site_of(variant)))
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
                 if proc.returncode:
-                    raise RuntimeError(f"bench serve failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                    raise RuntimeError(
+                        f"bench serve failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+                    )
                 result = json.loads((out / "raw" / name).read_text())
-                keep = {k: result.get(k) for k in ("output_throughput", "request_throughput",
-                        "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
-                        "median_ttft_ms", "p99_ttft_ms", "completed", "total_output_tokens")}  # fmt: skip
+                keep = {
+                    k: result.get(k)
+                    for k in (
+                        "output_throughput",
+                        "request_throughput",
+                        "median_tpot_ms",
+                        "p99_tpot_ms",
+                        "median_itl_ms",
+                        "p99_itl_ms",
+                        "median_ttft_ms",
+                        "p99_ttft_ms",
+                        "completed",
+                        "total_output_tokens",
+                    )
+                }
                 data["rounds"].append({"repeat": repeat, "variant": variant, **keep})
                 say(f"serve-bench: {variant} r{repeat}: {keep['output_throughput']:.0f} out tok/s")
         a = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "pristine"]
@@ -603,14 +715,18 @@ def _gsm8k_identity(ports: dict[str, int], path: Path, count: int = 64) -> dict:
     answers: dict[str, list[str]] = {}
     for variant, port in ports.items():  # one server at a time, all prompts in flight
         with ThreadPoolExecutor(max_workers=count) as pool:
-            answers[variant] = list(pool.map(lambda p: _complete(port, p[0], 256), prompts))
+            answers[variant] = list(
+                pool.map(lambda p, port=port: _complete(port, p[0], 256), prompts)
+            )
     pattern = re.compile(r"#### (\-?[0-9\.\,]+)")
 
     def score(texts: list[str]) -> float:
         hits = 0
         for text, (_, gold) in zip(texts, prompts, strict=True):
             match = pattern.search(text)
-            hits += bool(match and match.group(1).replace(",", "").rstrip(".") == gold.replace(",", ""))
+            hits += bool(
+                match and match.group(1).replace(",", "").rstrip(".") == gold.replace(",", "")
+            )
         return hits / len(texts)
 
     same = sum(a == b for a, b in zip(answers["pristine"], answers["patched"], strict=True))
@@ -630,7 +746,10 @@ V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 STEPS: dict[str, dict] = {
     # step 2 (+5 for the patched side): V1 runner, plain vs penalties at long generations
     "penalties-v1": {
-        "seed": "003", "env": V1, "variants": ["pristine", "patched"], "repeats": 1,
+        "seed": "003",
+        "env": V1,
+        "variants": ["pristine", "patched"],
+        "repeats": 1,
         "engine": {"max_model_len": 4096 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 64},
         "configs": {
             "plain": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95}},
@@ -639,18 +758,28 @@ STEPS: dict[str, dict] = {
     },
     # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
     "attribution": {
-        "seed": "004", "env": V1, "variants": ["only-0005", "patched"], "repeats": 2,
+        "seed": "004",
+        "env": V1,
+        "variants": ["only-0005", "patched"],
+        "repeats": 2,
         "engine": {"max_model_len": 2048 + 48, "gpu_memory_utilization": 0.3, "max_num_seqs": 64},
         "configs": {
             "b8-plain": {"batch": 8, "output_len": 512, "params": {"top_p": 0.95}},
             "b32-plain": {"batch": 32, "output_len": 512, "params": {"top_p": 0.95}},
-            "b64-penalties": {"batch": 64, "output_len": 2048, "params": {"top_p": 0.95, **PENALTIES}},
+            "b64-penalties": {
+                "batch": 64,
+                "output_len": 2048,
+                "params": {"top_p": 0.95, **PENALTIES},
+            },
         },
     },
     # step 3: MRV2 runner, batches where no request needs logits processing
     "mrv2": {
-        "seed": "000", "env": {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
-        "variants": ["pristine", "patched"], "repeats": 3, "input_len": 2,
+        "seed": "000",
+        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        "variants": ["pristine", "patched"],
+        "repeats": 3,
+        "input_len": 2,
         "engine": {"max_model_len": 1024, "gpu_memory_utilization": 0.3, "max_num_seqs": 128},
         "configs": {
             "random": {"batch": 128, "output_len": 512, "params": {"temperature": 1.0}},
@@ -659,11 +788,15 @@ STEPS: dict[str, dict] = {
     },
     # step 4: pooling with a pooler that reads prompt token ids on the host
     "embed-gritlm": {
-        "seed": "002", "model": "grit", "variants": ["pristine", "patched"], "repeats": 3, "env": V1,
+        "seed": "002",
+        "model": "grit",
+        "variants": ["pristine", "patched"],
+        "repeats": 3,
+        "env": V1,
         "engine": {"runner": "pooling", "max_model_len": 1024, "gpu_memory_utilization": 0.3},
         "configs": {"embed": {"prompts": 2048}},
     },
-}  # fmt: skip
+}
 OTHER_STEPS = {"upstream-tests": "step 6: pytest, pristine vs patched", "serve-bench": "step 7"}
 
 
@@ -697,7 +830,9 @@ def main() -> int:
     import torch
 
     (args.out / "raw").mkdir(parents=True, exist_ok=True)
-    variants = {"pristine", "patched"} | {v for s in steps if s in STEPS for v in STEPS[s]["variants"]}
+    variants = {"pristine", "patched"} | {
+        v for s in steps if s in STEPS for v in STEPS[s]["variants"]
+    }
     t0 = time.perf_counter()
     meta = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -726,8 +861,10 @@ def main() -> int:
             data["error"] = str(exc)[-4000:]
         data["step_wall_s"] = time.perf_counter() - t0
         write_json(args.out / f"{name}.json", data)
-        say(f"{name} done in {data['step_wall_s']:.0f} s: "
-            + json.dumps(data.get("summary", data.get("error")), default=str)[:2000])  # fmt: skip
+        say(
+            f"{name} done in {data['step_wall_s']:.0f} s: "
+            + json.dumps(data.get("summary", data.get("error")), default=str)[:2000]
+        )
     return 0
 
 

@@ -24,12 +24,26 @@ def _load(version: str, step: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _record(src: dict, step: str, seed: str, outcome: str, numbers: dict, reason: str = "",
-            tables: list[str] | None = None) -> dict:  # fmt: skip
+def _record(
+    src: dict,
+    step: str,
+    seed: str,
+    outcome: str,
+    numbers: dict,
+    reason: str = "",
+    tables: list[str] | None = None,
+) -> dict:
     result = results.make(
-        step, seed, src["vllm_version"], outcome, numbers, reason=reason,
-        command=f"{src['command']}  {DEVICE_NOTE}", gpu=src["gpu"], tables=tables,
-    )  # fmt: skip
+        step,
+        seed,
+        src["vllm_version"],
+        outcome,
+        numbers,
+        reason=reason,
+        command=f"{src['command']}  {DEVICE_NOTE}",
+        gpu=src["gpu"],
+        tables=tables,
+    )
     result.update(date=src["date"], series_hash=src["series_hash"])
     result["machine"]["cpu"] = "GPU machine (16 cores)"
     return result
@@ -63,34 +77,46 @@ def penalties(version: str) -> dict | None:
         return None
     s = src["summary"]
     p, q = s["plain"], s["penalties"]
-    cost = {
-        v: 1 - q[v]["tok_per_s"][0] / p[v]["tok_per_s"][0] for v in ("pristine", "patched")
-    }
+    cost = {v: 1 - q[v]["tok_per_s"][0] / p[v]["tok_per_s"][0] for v in ("pristine", "patched")}
     identical = p["outputs_identical"] and q["outputs_identical"]
     numbers = {
-        "batch": 64, "output_len": 4096, "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)",
+        "batch": 64,
+        "output_len": 4096,
+        "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)",
         "pristine_plain_tok_s": p["pristine"]["tok_per_s"][0],
         "pristine_penalties_tok_s": q["pristine"]["tok_per_s"][0],
         "patched_plain_tok_s": p["patched"]["tok_per_s"][0],
         "patched_penalties_tok_s": q["patched"]["tok_per_s"][0],
-        "pristine_penalty_cost": cost["pristine"], "patched_penalty_cost": cost["patched"],
+        "pristine_penalty_cost": cost["pristine"],
+        "patched_penalty_cost": cost["patched"],
         "penalties_patched_over_pristine": q["patched_over_pristine"]["ratio"],
-        "tokens_identical": identical, "rounds": 1,
-    }  # fmt: skip
-    table = "\n".join([
-        "| config | pristine tok/s | patched tok/s | patched / pristine | tokens identical |",
-        "|---|---|---|---|---|",
-        *(f"| {name} | {e['pristine']['tok_per_s'][0]:.0f} | {e['patched']['tok_per_s'][0]:.0f} "
-          f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |"
-          for name, e in (("plain (top_p 0.95)", p), ("presence+frequency+repetition", q))),
-    ])  # fmt: skip
-    attr = "\n".join([ATTR_HEADER, _attr_row("plain", "patched", p["patched"]["attribution"]),
-                      _attr_row("penalties", "patched", q["patched"]["attribution"])])  # fmt: skip
+        "tokens_identical": identical,
+        "rounds": 1,
+    }
+    table = "\n".join(
+        [
+            "| config | pristine tok/s | patched tok/s | patched / pristine | tokens identical |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {name} | {e['pristine']['tok_per_s'][0]:.0f} | {e['patched']['tok_per_s'][0]:.0f} "
+                f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |"
+                for name, e in (("plain (top_p 0.95)", p), ("presence+frequency+repetition", q))
+            ),
+        ]
+    )
+    attr = "\n".join(
+        [
+            ATTR_HEADER,
+            _attr_row("plain", "patched", p["patched"]["attribution"]),
+            _attr_row("penalties", "patched", q["patched"]["attribution"]),
+        ]
+    )
     # Rule: tokens identical in both configs, and the patched penalty cost within 5 %.
     ok = identical and cost["patched"] <= 0.05
     reason = "" if ok else "tokens differ or the patched penalty cost is above 5%"
-    return _record(src, "e2e-gpu-penalties-v1", "003", "pass" if ok else "fail", numbers, reason,
-                   [table, attr])  # fmt: skip
+    return _record(
+        src, "e2e-gpu-penalties-v1", "003", "pass" if ok else "fail", numbers, reason, [table, attr]
+    )
 
 
 def attribution(version: str) -> dict | None:
@@ -101,8 +127,11 @@ def attribution(version: str) -> dict | None:
     for config, entry in src["summary"].items():
         for variant in ("only-0005", "patched"):
             a = entry[variant]["attribution"]
-            rows.append(_attr_row(config, "pristine+004 timers" if variant == "only-0005"
-                                  else "full series", a))  # fmt: skip
+            rows.append(
+                _attr_row(
+                    config, "pristine+004 timers" if variant == "only-0005" else "full series", a
+                )
+            )
             if a:
                 key = f"{config}_{'pristine' if variant == 'only-0005' else 'patched'}"
                 numbers[f"{key}_sample_tokens_p99_ms"] = a["sample_tokens_p99_ms"]
@@ -110,8 +139,15 @@ def attribution(version: str) -> dict | None:
                 numbers[f"{key}_p99_tail_wait_share"] = a["p99_tail_wait_share"]
         numbers[f"{config}_tokens_identical"] = entry["outputs_identical"]
     ok = all(e["outputs_identical"] for e in src["summary"].values())
-    return _record(src, "gpu-attribution", "004", "pass" if ok else "fail", numbers,
-                   "" if ok else "tokens differ between the variants", ["\n".join(rows)])  # fmt: skip
+    return _record(
+        src,
+        "gpu-attribution",
+        "004",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else "tokens differ between the variants",
+        ["\n".join(rows)],
+    )
 
 
 def mrv2(version: str) -> dict | None:
@@ -122,16 +158,28 @@ def mrv2(version: str) -> dict | None:
     numbers = {f"{c}_patched_over_pristine": e["patched_over_pristine"] for c, e in s.items()}
     numbers.update({f"{c}_tokens_identical": e["outputs_identical"] for c, e in s.items()})
     numbers["runner"] = "MRV2 (VLLM_USE_V2_MODEL_RUNNER=1), 128 prompts x 2 in / 512 out"
-    table = "\n".join([
-        "| config | pristine tok/s | patched tok/s | patched / pristine (95% CI) | tokens identical |",
-        "|---|---|---|---|---|",
-        *(f"| {c} | {', '.join(f'{x:.0f}' for x in e['pristine']['tok_per_s'])} "
-          f"| {', '.join(f'{x:.0f}' for x in e['patched']['tok_per_s'])} "
-          f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |" for c, e in s.items()),
-    ])  # fmt: skip
+    table = "\n".join(
+        [
+            "| config | pristine tok/s | patched tok/s | patched / pristine (95% CI) | tokens identical |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {c} | {', '.join(f'{x:.0f}' for x in e['pristine']['tok_per_s'])} "
+                f"| {', '.join(f'{x:.0f}' for x in e['patched']['tok_per_s'])} "
+                f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |"
+                for c, e in s.items()
+            ),
+        ]
+    )
     ok = all(e["outputs_identical"] for e in s.values())
-    return _record(src, "e2e-gpu-mrv2", "000", "pass" if ok else "fail", numbers,
-                   "" if ok else "tokens differ", [table])  # fmt: skip
+    return _record(
+        src,
+        "e2e-gpu-mrv2",
+        "000",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else "tokens differ",
+        [table],
+    )
 
 
 def embeddings(version: str) -> dict | None:
@@ -141,14 +189,21 @@ def embeddings(version: str) -> dict | None:
     e = src["summary"]["embed"]
     numbers = {
         "model": "random-weight GritLM (Llama body, instruction-trimming mean pooler)",
-        "prompts": 2048, "pristine_prompts_per_s": e["pristine"]["prompts_per_s"],
+        "prompts": 2048,
+        "pristine_prompts_per_s": e["pristine"]["prompts_per_s"],
         "patched_prompts_per_s": e["patched"]["prompts_per_s"],
         "patched_over_pristine": e["patched_over_pristine"],
         "vectors_identical": e["outputs_identical"],
-    }  # fmt: skip
+    }
     ok = e["outputs_identical"]
-    return _record(src, "gpu-embeddings-gritlm", "002", "pass" if ok else "fail", numbers,
-                   "" if ok else "embedding vectors differ")  # fmt: skip
+    return _record(
+        src,
+        "gpu-embeddings-gritlm",
+        "002",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else "embedding vectors differ",
+    )
 
 
 def upstream_tests(version: str) -> dict | None:
@@ -165,8 +220,14 @@ def upstream_tests(version: str) -> dict | None:
     numbers["pre_existing_failures"] = src["summary"]["pre_existing_failures"]
     numbers["commands"] = {name: v[name]["command"] for name in v}
     ok = not numbers["new_failures"] and v["patched"]["failures"] == v["patched"]["errors"] == 0
-    return _record(src, "upstream-tests-gpu", "series", "pass" if ok else "fail", numbers,
-                   "" if ok else f"new failures: {numbers['new_failures']}")  # fmt: skip
+    return _record(
+        src,
+        "upstream-tests-gpu",
+        "series",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else f"new failures: {numbers['new_failures']}",
+    )
 
 
 def serving(version: str) -> list[dict]:
@@ -174,26 +235,45 @@ def serving(version: str) -> list[dict]:
     if not src or "summary" not in src:
         return []
     ratio = src["summary"]["output_throughput_patched_over_pristine"]
-    table = "\n".join([
-        "| round | variant | output tok/s | median TPOT ms | p99 TPOT ms | p99 ITL ms |",
-        "|---|---|---|---|---|---|",
-        *(f"| {r['repeat']} | {r['variant']} | {r['output_throughput']:.0f} | {r['median_tpot_ms']:.2f} "
-          f"| {r['p99_tpot_ms']:.2f} | {r['p99_itl_ms']:.2f} |" for r in src["rounds"]),
-    ])  # fmt: skip
-    out = [_record(src, "gpu-serve-bench", "000", "pass", {
-        "output_throughput_patched_over_pristine": ratio,
-        "workload": "vllm bench serve random 2 in / 512 out, 128 prompts, 16 warmups, rate inf, "
-                    "MRV2, --ignore-eos",
-        "verdict": "no difference resolved" if ratio.get("ci95_low", 1) <= 1 <= ratio.get("ci95_high", 1)
-                   else ("faster" if ratio["ratio"] > 1 else "slower"),
-    }, tables=[table])]  # fmt: skip
+    table = "\n".join(
+        [
+            "| round | variant | output tok/s | median TPOT ms | p99 TPOT ms | p99 ITL ms |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {r['repeat']} | {r['variant']} | {r['output_throughput']:.0f} | {r['median_tpot_ms']:.2f} "
+                f"| {r['p99_tpot_ms']:.2f} | {r['p99_itl_ms']:.2f} |"
+                for r in src["rounds"]
+            ),
+        ]
+    )
+    out = [
+        _record(
+            src,
+            "gpu-serve-bench",
+            "000",
+            "pass",
+            {
+                "output_throughput_patched_over_pristine": ratio,
+                "workload": "vllm bench serve random 2 in / 512 out, 128 prompts, 16 warmups, rate inf, "
+                "MRV2, --ignore-eos",
+                "verdict": "no difference resolved"
+                if ratio.get("ci95_low", 1) <= 1 <= ratio.get("ci95_high", 1)
+                else ("faster" if ratio["ratio"] > 1 else "slower"),
+            },
+            tables=[table],
+        )
+    ]
     g = src.get("gsm8k")
     if g:
         same = g["identical_responses"] == g["samples"]
-        reason = "" if same else (
-            f"{g['samples'] - g['identical_responses']} of {g['samples']} greedy responses differ; "
-            "no pristine-vs-pristine control was run, so batch-order nondeterminism under "
-            "concurrent requests is not ruled out (the offline MRV2 step's tokens were identical)"
+        reason = (
+            ""
+            if same
+            else (
+                f"{g['samples'] - g['identical_responses']} of {g['samples']} greedy responses differ; "
+                "no pristine-vs-pristine control was run, so batch-order nondeterminism under "
+                "concurrent requests is not ruled out (the offline MRV2 step's tokens were identical)"
+            )
         )
         out.append(_record(src, "gpu-gsm8k-identity", "000", "pass" if same else "fail", g, reason))
     return out
@@ -203,12 +283,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="0.22.0")
     args = parser.parse_args()
-    made = [penalties(args.version), attribution(args.version), mrv2(args.version),
-            embeddings(args.version), upstream_tests(args.version), *serving(args.version)]  # fmt: skip
+    made = [
+        penalties(args.version),
+        attribution(args.version),
+        mrv2(args.version),
+        embeddings(args.version),
+        upstream_tests(args.version),
+        *serving(args.version),
+    ]
     for result in filter(None, made):
         path = results.write(result, "gpu", result["step"])
-        print(f"{path.relative_to(ROOT.parent.parent)}: {result['outcome']} "
-              f"(series {result['series_hash']})")  # fmt: skip
+        print(
+            f"{path.relative_to(ROOT.parent.parent)}: {result['outcome']} "
+            f"(series {result['series_hash']})"
+        )
     return 0
 
 
