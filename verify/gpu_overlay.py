@@ -4,7 +4,8 @@
 writes ``<out>/<version>/{pristine,patched}/vllm/...`` and ``SERIES_HASH``; with
 ``--only-patch 0005`` also ``<out>/<version>/only-0005/vllm/...`` (pristine + that one patch,
 e.g. the 004 timers without the fixes they measure). ``--tests DIR`` exports the pristine
-``tests/`` tree into ``DIR/pristine`` and the series' changed test files into ``DIR/patched``
+test files of the touched areas (``TEST_PATHS``) into ``DIR/pristine`` and the series' changed
+test files into ``DIR/patched``
 (the upstream test step). Carry those folders with the device run and point
 ``scripts/gpu_verify.py --overlay / --tests`` at them.
 """
@@ -27,9 +28,15 @@ def _write(target: Path, data: bytes) -> None:
     target.write_bytes(data)
 
 
-def pack(version: str, out: Path, only_patches: list[str] = ()) -> Path:
+def _applied_tree(version: str) -> BuildTree:
     tree = BuildTree(require_pinned(version))
     tree.apply()
+    return tree
+
+
+def pack(tree: BuildTree, out: Path, only_patches: list[str] = ()) -> Path:
+    """Changed `vllm/` files at pristine and HEAD of an applied build tree."""
+    version = tree.version
     target = out / version
     if target.exists():
         shutil.rmtree(target)
@@ -87,10 +94,8 @@ TEST_PATHS = [
 ]
 
 
-def pack_tests(version: str, out: Path) -> Path:
+def pack_tests(tree: BuildTree, out: Path) -> Path:
     """Pristine test files of the touched areas + the series' changed/added test files."""
-    tree = BuildTree(require_pinned(version))
-    tree.apply()
     if out.exists():
         shutil.rmtree(out)
     tree.export_tree(BASELINE_TAG, out / "pristine", TEST_PATHS)
@@ -109,9 +114,10 @@ def main() -> int:
     parser.add_argument("--only-patch", action="append", default=[], metavar="NNNN")
     parser.add_argument("--tests", type=Path, help="also export the tests/ trees here")
     args = parser.parse_args()
-    print(pack(args.version, args.out, args.only_patch))
+    tree = _applied_tree(args.version)
+    print(pack(tree, args.out, args.only_patch))
     if args.tests:
-        print(pack_tests(args.version, args.tests))
+        print(pack_tests(tree, args.tests))
     return 0
 
 
