@@ -16,12 +16,22 @@ Usage (from the repo root):
     python scripts/bench_003_cpu.py --pin 0.22.0 [--out results/cpu/0.22.0/bench_003.json]
 Roots: the build tree's pristine tag and HEAD (verify.equivalence.roots), or the
 PATCHBENCH_PRISTINE_ROOT / PATCHBENCH_PATCHED_ROOT overrides.
+
+On the GPU machine (``--device cuda --patched-files SITE``): the installed vLLM is the pristine
+root, and the patched ``penalties.py`` / ``thinking_budget_state.py`` are loaded from SITE as
+extra module files inside that same vLLM (two full roots would load the compiled extension
+twice). Both files import only modules the series leaves unchanged, which is checked. The
+builders then target the GPU as in the engine (pinned host memory, non-blocking copy): the
+table reports the host time of the call and, separately, the time until the copy is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -36,8 +46,6 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-from verify.equivalence.roots import roots  # noqa: E402
 
 VOCAB = 151_936
 PROMPT_LEN = 512
@@ -96,6 +104,65 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# Files of the 0.22.0 series that bench modules must not import when loaded as extra files.
+SERIES_FILES = (
+    "vllm/v1/sample/metadata.py",
+    "vllm/v1/sample/sampler.py",
+    "vllm/v1/worker/gpu_input_batch.py",
+)
+FILE_MODULES = {
+    "vllm.v1.sample.ops.penalties": "vllm/v1/sample/ops/penalties.py",
+    "vllm.v1.sample.thinking_budget_state": "vllm/v1/sample/thinking_budget_state.py",
+}
+
+
+class InstalledRoot:
+    """The installed vLLM as the pristine root (no sys.modules swapping)."""
+
+    label = "installed vllm"
+
+    def __init__(self) -> None:
+        import vllm
+
+        self.path = Path(vllm.__file__).parent.parent
+
+    @contextlib.contextmanager
+    def active(self):
+        yield self
+
+    def load(self, dotted: str):
+        return importlib.import_module(dotted)
+
+
+class FileOverlayRoot(InstalledRoot):
+    """Patched modules loaded from SITE's files under private names, inside the installed vLLM."""
+
+    label = "patched files"
+
+    def __init__(self, site: Path) -> None:
+        self.path = site
+        self._mods: dict[str, object] = {}
+
+    def load(self, dotted: str):
+        if dotted not in FILE_MODULES:
+            return importlib.import_module(dotted)  # unchanged by the series
+        if dotted not in self._mods:
+            path = self.path / FILE_MODULES[dotted]
+            for line in path.read_text().splitlines():
+                for changed in SERIES_FILES:
+                    if line.startswith(("from ", "import ")) and (
+                        changed[:-3].replace("/", ".") + " " in line + " "
+                    ):
+                        raise SystemExit(f"{path} imports {changed}, which the series changes")
+            name = "patchbench_patched." + dotted
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            self._mods[dotted] = module
+        return self._mods[dotted]
+
+
 class PenaltyBatch:
     def __init__(self, batch: int, length: int, rng: np.random.Generator, extra: int):
         self.width = PROMPT_LEN + length + extra
@@ -116,32 +183,43 @@ class PenaltyBatch:
             self.outputs[i].append(tok)
 
 
+DONE: list[float] = []  # per timed call: seconds until the device copy finished (cuda)
+
+
 def _time(fn) -> float:
+    """Host time of fn(); on CUDA also appends the time until its copies are done to DONE."""
     t0 = time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    t1 = time.perf_counter()
+    if torch.cuda.is_available() and DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+        DONE.append(time.perf_counter() - t0)
+    return t1 - t0
+
+
+DEVICE = torch.device("cpu")
 
 
 def bench_penalties(pr_pen, pa_pen, pristine, patched, batch, length, steps, rng):
     pb = PenaltyBatch(batch, length, rng, extra=steps + 1)
+    pin = DEVICE.type == "cuda"
     builder = pa_pen.OutputTokensTensorBuilder(
-        pb.token_ids, pb.num_prompt, pb.num_tokens, pb.outputs, torch.device("cpu"), False
+        pb.token_ids, pb.num_prompt, pb.num_tokens, pb.outputs, DEVICE, pin
     )
-    cpu = torch.device("cpu")
 
     def run_pristine():
-        t = pr_pen._convert_to_tensors(pb.outputs, VOCAB, cpu)
+        t = pr_pen._convert_to_tensors(pb.outputs, VOCAB, DEVICE)
         t.masked_fill_(t == -1, VOCAB)
         return t
 
     def run_patched():
-        t = builder.build(pb.outputs, VOCAB, cpu)
+        t = builder.build(pb.outputs, VOCAB, DEVICE)
         assert t is not None
         return t
 
     with patched.active():  # warm-up (allocates the staging buffer)
         run_patched()
-    t_pr, t_pa = [], []
+    t_pr, t_pa, d_pr, d_pa = [], [], [], []
     for step in range(steps):
         pb.append()
         if step == 0:
@@ -150,17 +228,13 @@ def bench_penalties(pr_pen, pa_pen, pristine, patched, batch, length, steps, rng
             with patched.active():
                 assert torch.equal(run_patched(), ref), "patched tensor differs"
             continue
-        if step % 2:
-            with pristine.active():
-                t_pr.append(_time(run_pristine))
-            with patched.active():
-                t_pa.append(_time(run_patched))
-        else:
-            with patched.active():
-                t_pa.append(_time(run_patched))
-            with pristine.active():
-                t_pr.append(_time(run_pristine))
-    return t_pr, t_pa
+        order = ((pristine, run_pristine, t_pr, d_pr), (patched, run_patched, t_pa, d_pa))
+        for root, fn, times, done in order if step % 2 else order[::-1]:
+            with root.active():
+                times.append(_time(fn))
+            if DONE:
+                done.append(DONE.pop())
+    return t_pr, t_pa, d_pr, d_pa
 
 
 def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, steps, rng):
@@ -173,7 +247,7 @@ def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, 
     outputs = [rng.integers(0, 1000, length).tolist() for _ in range(batch)]
     for root, mod, _iface in ((pristine, pr_tbs, pr_if), (patched, pa_tbs, pa_if)):
         with root.active():
-            h = mod.ThinkingBudgetStateHolder(cfg, batch, 0, torch.device("cpu"), False)
+            h = mod.ThinkingBudgetStateHolder(cfg, batch, 0, DEVICE, DEVICE.type == "cuda")
             h.sync_batch(
                 SimpleNamespace(
                     batch_size=batch,
@@ -196,6 +270,7 @@ def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, 
         for root, h in order:
             with root.active():
                 dt = _time(lambda h=h: h.update_state(outputs, None))
+            DONE.clear()
             (t_pr if root is pristine else t_pa).append(dt)
     states = [h._state for _, h in holders]
     for idx, ref in states[0].items():
@@ -213,22 +288,38 @@ def main() -> int:
     ap.add_argument(
         "--out", default=None, help="JSON path (default results/cpu/PIN/bench_003.json)"
     )
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU machine)")
+    ap.add_argument(
+        "--patched-files",
+        type=Path,
+        help="GPU machine: pristine = the installed vLLM, patched files from this site",
+    )
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     lengths = [int(x) for x in args.lengths.split(",")]
     out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
 
     # Single intra-op thread: on the shared machine, waking torch's OpenMP pool between
     # steps costs ~20 ms per tiny op and would swamp the pristine timings.
-    torch.set_num_threads(1)
+    if DEVICE.type == "cpu":
+        torch.set_num_threads(1)
     _opaque_types_once()
     overrides = bool(
         os.environ.get("PATCHBENCH_PRISTINE_ROOT") and os.environ.get("PATCHBENCH_PATCHED_ROOT")
     )
-    pristine, patched = roots(args.pin)
-    _custom_ops_once((pristine, patched))
+    if args.patched_files:
+        pristine, patched = InstalledRoot(), FileOverlayRoot(args.patched_files)
+    else:
+        from verify.equivalence.roots import roots
+
+        pristine, patched = roots(args.pin)
+        _custom_ops_once((pristine, patched))
     pr_pen = pristine.load("vllm.v1.sample.ops.penalties")
     pa_pen = patched.load("vllm.v1.sample.ops.penalties")
     for mod in (pr_pen, pa_pen):  # no accelerator: do not pin the upstream tensor
+        if DEVICE.type == "cuda":
+            break
         if hasattr(mod, "is_pin_memory_available"):
             mod.is_pin_memory_available = lambda: False
         if hasattr(mod, "PIN_MEMORY"):
@@ -242,7 +333,7 @@ def main() -> int:
     rows = []
     for length in lengths:
         steps = args.steps or max(4, min(21, 60_000 // length))
-        p_pr, p_pa = bench_penalties(
+        p_pr, p_pa, pd_pr, pd_pa = bench_penalties(
             pr_pen, pa_pen, pristine, patched, args.batch, length, steps, rng
         )
         think_steps = args.steps or max(3, min(11, 20_000 // length))
@@ -258,6 +349,9 @@ def main() -> int:
             "think_pristine_ms": 1e3 * statistics.median(k_pr),
             "think_patched_ms": 1e3 * statistics.median(k_pa),
         }
+        if pd_pr:
+            row["penalties_pristine_done_ms"] = 1e3 * statistics.median(pd_pr)
+            row["penalties_patched_done_ms"] = 1e3 * statistics.median(pd_pa)
         row["penalties_ratio"] = row["penalties_pristine_ms"] / row["penalties_patched_ms"]
         row["think_ratio"] = row["think_pristine_ms"] / row["think_patched_ms"]
         rows.append(row)
@@ -280,9 +374,18 @@ def main() -> int:
             f"{r['penalties_ratio']:>6.1f}x | {r['think_pristine_ms']:>14.3f} "
             f"{r['think_patched_ms']:>13.3f} {r['think_ratio']:>7.1f}x"
         )
+    if DEVICE.type == "cuda":
+        print("until the device copy is done (ms): L pristine patched")
+        for r in rows:
+            print(
+                f"{r['L']:>6} {r['penalties_pristine_done_ms']:>9.3f} "
+                f"{r['penalties_patched_done_ms']:>9.3f}"
+            )
 
     result = {
-        "benchmark": "bench_003_cpu",
+        "benchmark": "bench_003_cpu" if DEVICE.type == "cpu" else "bench_003_gpu_host",
+        "device": str(DEVICE),
+        "gpu": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else None,
         "seed": "003",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -301,16 +404,19 @@ def main() -> int:
         "machine": {
             "cpu_model": _cpu_model(),
             "cpu_count": os.cpu_count(),
-            "note": "shared 2-core machine; other jobs may run concurrently",
+            "note": "shared 2-core machine; other jobs may run concurrently"
+            if DEVICE.type == "cpu"
+            else "lent GPU machine's host CPU",
         },
         "params": {
             "batch": args.batch,
             "prompt_len": PROMPT_LEN,
             "vocab_size": VOCAB,
             "lengths": lengths,
-            "torch_threads": 1,
+            "torch_threads": torch.get_num_threads(),
             "statistic": "median over timed steps, one token appended per request per step",
-            "penalties_timed": "output-token tensor build incl. -1 -> pad mapping (CPU device)",
+            "penalties_timed": "output-token tensor build incl. -1 -> pad mapping, host time"
+            + ("" if DEVICE.type == "cpu" else "; *_done_ms: until the device copy is done"),
             "think_timed": "ThinkingBudgetStateHolder.update_state, all requests thinking",
         },
         "results": rows,

@@ -273,21 +273,23 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
 
     batch, input_len = config["batch"], config.get("input_len", spec.get("input_len", 32))
     output_len = 8 if warmup else config["output_len"]
-    prompts = [
-        {"prompt_token_ids": [rng.randrange(10, 4000) for _ in range(input_len)]}
-        for _ in range(4 if warmup else batch)
-    ]
+    period = spec.get("prompt_period")  # repeated phrases give the ngram proposer matches
+    prompts = []
+    for _ in range(4 if warmup else batch):
+        ids = [rng.randrange(10, 4000) for _ in range(period or input_len)]
+        prompts.append({"prompt_token_ids": (ids * input_len)[:input_len]})
     sampling = [
         SamplingParams(max_tokens=output_len, ignore_eos=True, seed=1000 + i, **config["params"])
         for i in range(len(prompts))
     ]
     _timers_call("reset")
+    before = _spec_counters(llm) if "speculative_config" in spec["engine"] else None
     t0 = time.perf_counter()
     outs = llm.generate(prompts, sampling, use_tqdm=False)
     elapsed = time.perf_counter() - t0
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     n_tokens = sum(len(t) for t in tokens)
-    return {
+    result = {
         "elapsed_s": elapsed,
         "output_tokens": n_tokens,
         "tok_per_s": n_tokens / elapsed,
@@ -295,6 +297,19 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
         "first_tokens": tokens[0][:16],
         "attribution": None if warmup else attribution(_timers_call("snapshot")),
     }
+    if before is not None:
+        after = _spec_counters(llm)
+        result["spec_decode"] = {k: after[k] - before.get(k, 0) for k in after}
+    return result
+
+
+def _spec_counters(llm) -> dict[str, float]:
+    """Cumulative speculative-decoding counters (drafts, draft tokens, accepted tokens)."""
+    counters = {}
+    for metric in llm.get_metrics():
+        if "spec_decode" in metric.name and isinstance(getattr(metric, "value", None), int | float):
+            counters[metric.name] = metric.value
+    return counters
 
 
 def _timers_call(name: str):
@@ -430,6 +445,11 @@ def summarize(spec: dict, rounds: list[dict]) -> dict:
         for v in variants:
             entry[v] = {
                 metric: [r[metric] for r in per[v]],
+                **(
+                    {"spec_decode": per[v][0]["spec_decode"]}
+                    if per[v] and per[v][0].get("spec_decode")
+                    else {}
+                ),
                 "hashes": sorted({r[hash_key] for r in per[v]}),
                 "attribution": next(
                     (r["attribution"] for r in per[v] if r.get("attribution")), None
@@ -592,7 +612,9 @@ def _gsm8k_prompts(path: Path, count: int) -> list[tuple[str, str]]:
     ]
 
 
-def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
+def run_serve_bench(
+    out: Path, meta: dict, gsm8k: Path | None, lmeval_site: Path | None = None
+) -> dict:
     variants = ["pristine", "patched"]
     ports = {"pristine": 8101, "patched": 8102}
     data: dict = {**meta, "step": "serve-bench", "rounds": [], "startup": {}}
@@ -611,7 +633,7 @@ def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
                 "--gpu-memory-utilization",
                 "0.4",
                 "--max-model-len",
-                "2048",
+                "4096",  # 5-shot gsm8k prompts for lm_eval (this tokenizer: ~1.5k tokens)
                 "--seed",
                 "0",
             )
@@ -693,6 +715,13 @@ def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
         write_json(out / "serve-bench.json", data)
         if gsm8k:
             data["gsm8k"] = _gsm8k_identity(ports, gsm8k)
+            write_json(out / "serve-bench.json", data)
+        if gsm8k and lmeval_site:
+            try:
+                data["lm_eval"] = _lm_eval(ports, out, lmeval_site, gsm8k.parent, limit=64)
+            except Exception as exc:  # keep the bench and identity results
+                data["lm_eval"] = {"error": str(exc)[-3000:]}
+                say(f"serve-bench: lm_eval FAILED: {exc}")
     finally:
         for proc, log in procs.values():
             os.killpg(proc.pid, signal.SIGTERM)
@@ -705,19 +734,13 @@ def run_serve_bench(out: Path, meta: dict, gsm8k: Path | None) -> dict:
 
 
 def _gsm8k_identity(ports: dict[str, int], path: Path, count: int = 64) -> dict:
-    """Greedy gsm8k completions (zero-shot, 256 tokens) from both servers: per-sample identity,
-    and strict-match accuracy (~0 with random weights). Not lm_eval: lm_eval is not on the GPU
-    machine (the CPU tier runs it); this sends the same kind of requests its local-completions
-    model sends."""
+    """Greedy gsm8k completions (zero-shot, 256 tokens) from both servers, twice: all prompts in
+    flight at once (batch composition, and so float rounding, may differ between servers) and
+    one prompt at a time (batch of one on both sides, nothing left to differ but the code).
+    Per-sample identity and strict-match accuracy (~0 with random weights)."""
     from concurrent.futures import ThreadPoolExecutor
 
     prompts = _gsm8k_prompts(path, count)
-    answers: dict[str, list[str]] = {}
-    for variant, port in ports.items():  # one server at a time, all prompts in flight
-        with ThreadPoolExecutor(max_workers=count) as pool:
-            answers[variant] = list(
-                pool.map(lambda p, port=port: _complete(port, p[0], 256), prompts)
-            )
     pattern = re.compile(r"#### (\-?[0-9\.\,]+)")
 
     def score(texts: list[str]) -> float:
@@ -729,15 +752,173 @@ def _gsm8k_identity(ports: dict[str, int], path: Path, count: int = 64) -> dict:
             )
         return hits / len(texts)
 
-    same = sum(a == b for a, b in zip(answers["pristine"], answers["patched"], strict=True))
+    data: dict = {"samples": len(prompts)}
+    for mode, workers in (("concurrent", count), ("sequential", 1)):
+        answers: dict[str, list[str]] = {}
+        for variant, port in ports.items():  # one server at a time
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                answers[variant] = list(
+                    pool.map(lambda p, port=port: _complete(port, p[0], 256), prompts)
+                )
+        same = sum(a == b for a, b in zip(answers["pristine"], answers["patched"], strict=True))
+        data[mode] = {
+            "in_flight": workers,
+            "identical_responses": same,
+            "differing": [
+                i
+                for i, (a, b) in enumerate(
+                    zip(answers["pristine"], answers["patched"], strict=True)
+                )
+                if a != b
+            ],
+            "accuracy": {v: score(t) for v, t in answers.items()},
+            "responses_hash": {v: digest(t) for v, t in answers.items()},
+        }
+        say(f"serve-bench: gsm8k {mode}: {same}/{len(prompts)} identical")
+    data["identical_responses"] = data["sequential"]["identical_responses"]
+    data["note"] = (
+        "greedy /v1/completions, zero-shot 'Question: ...\\nAnswer:' prompts, 256 tokens; random "
+        "weights, so accuracy is ~0 by construction"
+    )
+    return data
+
+
+def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit: int) -> dict:
+    """gsm8k through lm_eval local-completions (the CPU tier's task YAML: 5-shot, strict and
+    flexible filters) against each server, one request at a time; per-sample identity."""
+    sys.path.insert(0, str(HERE.parents[1]))
+    from verify.e2e.accuracy import TASK_YAML, _load
+
+    tasks = out / "raw" / "lm_eval-tasks"
+    tasks.mkdir(parents=True, exist_ok=True)
+    (tasks / "gsm8k_local.yaml").write_text(
+        TASK_YAML.format(
+            train=data_dir / "train.jsonl", test=data_dir / "test.jsonl", max_gen_toks=256
+        )
+    )
+    results, samples, commands = {}, {}, {}
+    for variant, port in ports.items():
+        target = out / "raw" / f"lm_eval-{variant}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "local-completions",
+            "--model_args",
+            f"base_url=http://127.0.0.1:{port}/v1/completions,model={MODEL},"
+            f"tokenizer_backend=huggingface,tokenizer={MODEL},num_concurrent=1,max_retries=2,"
+            "tokenized_requests=False,max_length=4096,seed=0",
+            "--tasks",
+            "gsm8k_local",
+            "--include_path",
+            str(tasks),
+            "--output_path",
+            str(target),
+            "--log_samples",
+            "--seed",
+            "0",
+            "--batch_size",
+            "1",
+            "--limit",
+            str(limit),
+        ]
+        env = dict(
+            os.environ,
+            PYTHONPATH=f"{site}:{BUNDLE}",
+            HF_DATASETS_CACHE=str(out / "raw" / "hf-datasets"),
+            HF_DATASETS_OFFLINE="1",
+            HF_HUB_OFFLINE="1",
+        )
+        t0 = time.perf_counter()
+        with open(out / "raw" / f"lm_eval-{variant}.log", "w") as log:
+            proc = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=420, cwd=out / "raw"
+            )
+        if proc.returncode:
+            tail = (out / "raw" / f"lm_eval-{variant}.log").read_text()[-2000:]
+            raise RuntimeError(f"lm_eval ({variant}) rc {proc.returncode}:\n{tail}")
+        commands[variant] = " ".join(cmd[1:])
+        results[variant], samples[variant] = _load(target)
+        say(f"serve-bench: lm_eval {variant} done in {time.perf_counter() - t0:.0f} s")
+    differing = [
+        a["doc_id"]
+        for a, b in zip(samples["pristine"], samples["patched"], strict=True)
+        if a["resps"] != b["resps"] or a["filtered_resps"] != b["filtered_resps"]
+    ]
     return {
-        "samples": len(prompts),
-        "identical_responses": same,
-        "accuracy": {v: score(t) for v, t in answers.items()},
-        "responses_hash": {v: digest(t) for v, t in answers.items()},
-        "note": "greedy /v1/completions, zero-shot 'Question: ...\\nAnswer:' prompts, 256 tokens; "
-        "not lm_eval (not on the GPU machine); random weights, so accuracy is ~0 by construction",
+        "limit": limit,
+        "n_samples": len(samples["pristine"]),
+        "scores": {v: {k: r[k] for k in r if "exact_match" in k} for v, r in results.items()},
+        "differing_doc_ids": differing,
+        "identical_responses": len(samples["pristine"]) - len(differing),
+        "commands": commands,
+        "note": "lm_eval 0.4.13 local-completions, num_concurrent=1; random weights: a score of ~0 "
+        "is expected, the per-sample identity is what this proves",
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# microbenchmarks (each its own script and process; one failing does not stop the others)
+def run_micro(out: Path, meta: dict, roots_018: Path | None) -> dict:
+    scripts = HERE.parent
+    jobs = {
+        "003": [
+            sys.executable,
+            str(scripts / "bench_003_cpu.py"),
+            "--pin",
+            "0.22.0",
+            "--device",
+            "cuda",
+            "--patched-files",
+            str(site_of("patched")),
+            "--out",
+            str(out / "micro-003.json"),
+        ],
+        "000": [
+            sys.executable,
+            str(scripts / "gpu_micro_000.py"),
+            "--pristine-root",
+            str(site_of("pristine")),
+            "--patched-root",
+            str(site_of("patched")),
+            "--series-hash",
+            meta["series_hash"],
+            "--out",
+            str(out / "micro-000.json"),
+        ],
+    }
+    if roots_018:
+        jobs["002"] = [
+            sys.executable,
+            str(scripts / "gpu_micro_002.py"),
+            "--device",
+            "cuda",
+            "--roots",
+            str(roots_018),
+            "--out",
+            str(out / "micro-002.json"),
+        ]
+    data: dict = {**meta, "step": "micro", "jobs": {}}
+    for name, cmd in jobs.items():
+        t0 = time.perf_counter()
+        log = out / "raw" / f"micro-{name}.log"
+        with open(log, "w") as fh:
+            try:
+                rc = subprocess.run(
+                    cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=240, cwd=HERE.parents[1]
+                ).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        data["jobs"][name] = {
+            "command": " ".join(cmd[1:]),
+            "returncode": rc,
+            "wall_s": time.perf_counter() - t0,
+            "log_tail": log.read_text()[-1500:],
+        }
+        say(f"micro {name}: rc {rc} in {time.perf_counter() - t0:.0f} s")
+    data["summary"] = {k: v["returncode"] for k, v in data["jobs"].items()}
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -797,7 +978,38 @@ STEPS: dict[str, dict] = {
         "configs": {"embed": {"prompts": 2048}},
     },
 }
-OTHER_STEPS = {"upstream-tests": "step 6: pytest, pristine vs patched", "serve-bench": "step 7"}
+# issue 10: ngram speculative decoding on the V1 runner (rejection sampler without draft
+# probs: patch 010's recovered-token kernel runs for every draft token of random requests)
+STEPS["spec-ngram"] = {
+    "seed": "010",
+    "env": V1,
+    "variants": ["pristine", "patched"],
+    "repeats": 3,
+    "input_len": 64,
+    "prompt_period": 8,
+    "engine": {
+        "max_model_len": 2048,
+        "gpu_memory_utilization": 0.3,
+        "max_num_seqs": 64,
+        "disable_log_stats": False,
+        "speculative_config": {
+            "method": "ngram",
+            "num_speculative_tokens": 4,
+            "prompt_lookup_max": 4,
+            "prompt_lookup_min": 2,
+        },
+    },
+    "configs": {
+        "b1": {"batch": 1, "output_len": 512, "params": {"temperature": 1.0}},
+        "b4": {"batch": 4, "output_len": 512, "params": {"temperature": 1.0}},
+        "b32": {"batch": 32, "output_len": 512, "params": {"temperature": 1.0}},
+    },
+}
+OTHER_STEPS = {
+    "upstream-tests": "step 6: pytest, pristine vs patched",
+    "serve-bench": "step 7 (+ gsm8k identity; lm_eval with --lmeval-site)",
+    "micro": "microbenchmarks: 003 host build vs L, 000 sampler call, 002 pooling (0.18.1)",
+}
 
 
 def main() -> int:
@@ -810,6 +1022,12 @@ def main() -> int:
     parser.add_argument("--overlay", type=Path)
     parser.add_argument("--tests", type=Path, help="folder made by verify.gpu_overlay --tests")
     parser.add_argument("--gsm8k", type=Path, help="gsm8k test.jsonl for the serve step")
+    parser.add_argument(
+        "--lmeval-site", type=Path, help="unpacked .gpu/lmeval/site.tar.xz (lm_eval in serve-bench)"
+    )
+    parser.add_argument(
+        "--roots-018", type=Path, help="0.18.1 roots for the 002 microbenchmark (micro step)"
+    )
     parser.add_argument("--steps", default="penalties-v1")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/pb-out")))
@@ -852,8 +1070,10 @@ def main() -> int:
                 data = run_engine_step(name, args.out, meta)
             elif name == "upstream-tests":
                 data = run_upstream_tests(args.out, meta, args.tests)
+            elif name == "micro":
+                data = run_micro(args.out, meta, args.roots_018)
             else:
-                data = run_serve_bench(args.out, meta, args.gsm8k)
+                data = run_serve_bench(args.out, meta, args.gsm8k, args.lmeval_site)
         except Exception as exc:  # keep going: one failed step must not cost the others
             say(f"{name} FAILED: {exc}")
             partial = args.out / f"{name}.json"

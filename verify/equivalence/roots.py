@@ -19,9 +19,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from verify.buildtree import BASELINE_TAG, BuildTree, build_root
 from verify.errors import PatchbenchError
+
+if TYPE_CHECKING:
+    from verify.buildtree import BuildTree
 
 PACKAGE = "vllm"
 # vllm.egg-info: vLLM reads its own version through importlib.metadata (platform and Triton
@@ -68,6 +71,8 @@ class ImportRoot:
 
 
 def _materialize_rev(tree: BuildTree, rev: str) -> Path:
+    from verify.buildtree import build_root
+
     commit = tree.git("rev-parse", f"{rev}^{{commit}}")
     target = build_root() / "roots" / tree.version / f"{commit[:12]}-{LAYOUT}"
     if target.exists():
@@ -85,6 +90,10 @@ def _materialize_rev(tree: BuildTree, rev: str) -> Path:
 
 def materialize(version: str) -> tuple[Path, Path]:
     """(pristine, patched) root directories of `version`'s build tree."""
+    # gitpython is imported here, not at module level: the import roots alone (with the
+    # PATCHBENCH_*_ROOT overrides) also serve scripts on the GPU machine, which lacks it.
+    from verify.buildtree import BASELINE_TAG, BuildTree
+
     tree = BuildTree(version)
     if not tree.exists():
         raise PatchbenchError(
