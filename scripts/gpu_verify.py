@@ -613,11 +613,17 @@ def _gsm8k_prompts(path: Path, count: int) -> list[tuple[str, str]]:
 
 
 def run_serve_bench(
-    out: Path, meta: dict, gsm8k: Path | None, lmeval_site: Path | None = None
+    out: Path,
+    meta: dict,
+    gsm8k: Path | None,
+    lmeval_site: Path | None = None,
+    step: str = "serve-bench",
 ) -> dict:
+    """Step 7. As ``gsm8k-lmeval``: the same two servers, gsm8k checks only (no bench)."""
     variants = ["pristine", "patched"]
     ports = {"pristine": 8101, "patched": 8102}
-    data: dict = {**meta, "step": "serve-bench", "rounds": [], "startup": {}}
+    bench = step == "serve-bench"
+    data: dict = {**meta, "step": step, "rounds": [], "startup": {}}
     procs = {}
     try:
         for variant in variants:
@@ -652,7 +658,7 @@ def run_serve_bench(
                 time.sleep(1)
             data["startup"][variant] = time.perf_counter() - t0
             say(f"serve-bench: {variant} healthy after {data['startup'][variant]:.0f} s")
-        for repeat in range(3):
+        for repeat in range(3 if bench else 0):
             for variant in variants if repeat % 2 == 0 else variants[::-1]:
                 name = f"bench-{variant}-{repeat}.json"
                 cmd = _cli(
@@ -709,16 +715,19 @@ def run_serve_bench(
                 }
                 data["rounds"].append({"repeat": repeat, "variant": variant, **keep})
                 say(f"serve-bench: {variant} r{repeat}: {keep['output_throughput']:.0f} out tok/s")
-        a = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "pristine"]
-        b = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "patched"]
-        data["summary"] = {"output_throughput_patched_over_pristine": ratio_ci(a, b)}
-        write_json(out / "serve-bench.json", data)
+        if bench:
+            a = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "pristine"]
+            b = [r["output_throughput"] for r in data["rounds"] if r["variant"] == "patched"]
+            data["summary"] = {"output_throughput_patched_over_pristine": ratio_ci(a, b)}
+            write_json(out / f"{step}.json", data)
         if gsm8k:
             data["gsm8k"] = _gsm8k_identity(ports, gsm8k)
-            write_json(out / "serve-bench.json", data)
+            write_json(out / f"{step}.json", data)
         if gsm8k and lmeval_site:
             try:
-                data["lm_eval"] = _lm_eval(ports, out, lmeval_site, gsm8k.parent, limit=64)
+                data["lm_eval"] = _lm_eval(
+                    ports, out, lmeval_site.resolve(), gsm8k.parent.resolve(), limit=64
+                )
             except Exception as exc:  # keep the bench and identity results
                 data["lm_eval"] = {"error": str(exc)[-3000:]}
                 say(f"serve-bench: lm_eval FAILED: {exc}")
@@ -841,17 +850,21 @@ def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit
         commands[variant] = " ".join(cmd[1:])
         results[variant], samples[variant] = _load(target)
         say(f"serve-bench: lm_eval {variant} done in {time.perf_counter() - t0:.0f} s")
-    differing = [
-        a["doc_id"]
-        for a, b in zip(samples["pristine"], samples["patched"], strict=True)
-        if a["resps"] != b["resps"] or a["filtered_resps"] != b["filtered_resps"]
-    ]
+    differing = sorted(
+        {
+            a["doc_id"]
+            for a, b in zip(samples["pristine"], samples["patched"], strict=True)
+            if a["resps"] != b["resps"] or a["filtered_resps"] != b["filtered_resps"]
+        }
+    )
+    docs = {row["doc_id"] for row in samples["pristine"]}
     return {
         "limit": limit,
-        "n_samples": len(samples["pristine"]),
+        "n_samples": len(docs),
+        "n_rows": len(samples["pristine"]),  # one per document and filter
         "scores": {v: {k: r[k] for k in r if "exact_match" in k} for v, r in results.items()},
         "differing_doc_ids": differing,
-        "identical_responses": len(samples["pristine"]) - len(differing),
+        "identical_responses": len(docs) - len(differing),
         "commands": commands,
         "note": "lm_eval 0.4.13 local-completions, num_concurrent=1; random weights: a score of ~0 "
         "is expected, the per-sample identity is what this proves",
@@ -860,7 +873,7 @@ def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit
 
 # ---------------------------------------------------------------------------------------------
 # microbenchmarks (each its own script and process; one failing does not stop the others)
-def run_micro(out: Path, meta: dict, roots_018: Path | None) -> dict:
+def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> dict:
     scripts = HERE.parent
     jobs = {
         "003": [
@@ -882,8 +895,8 @@ def run_micro(out: Path, meta: dict, roots_018: Path | None) -> dict:
             str(site_of("pristine")),
             "--patched-root",
             str(site_of("patched")),
-            "--series-hash",
-            meta["series_hash"],
+            "--overlay",
+            str(overlay),
             "--out",
             str(out / "micro-000.json"),
         ],
@@ -999,16 +1012,21 @@ STEPS["spec-ngram"] = {
             "prompt_lookup_min": 2,
         },
     },
+    # Random sampling at a low temperature: this random-weight model then repeats tokens as it
+    # does greedily (at temperature 1 its output is close to uniform and nothing ever matches),
+    # so the proposer finds n-grams, and drafts are accepted or rejected (recovered tokens).
     "configs": {
-        "b1": {"batch": 1, "output_len": 512, "params": {"temperature": 1.0}},
-        "b4": {"batch": 4, "output_len": 512, "params": {"temperature": 1.0}},
-        "b32": {"batch": 32, "output_len": 512, "params": {"temperature": 1.0}},
+        "b1": {"batch": 1, "output_len": 512, "params": {"temperature": 0.2}},
+        "b4": {"batch": 4, "output_len": 512, "params": {"temperature": 0.2}},
+        "b32": {"batch": 32, "output_len": 512, "params": {"temperature": 0.2}},
+        "b4-t0.6": {"batch": 4, "output_len": 512, "params": {"temperature": 0.6}},
     },
 }
 OTHER_STEPS = {
     "upstream-tests": "step 6: pytest, pristine vs patched",
     "serve-bench": "step 7 (+ gsm8k identity; lm_eval with --lmeval-site)",
     "micro": "microbenchmarks: 003 host build vs L, 000 sampler call, 002 pooling (0.18.1)",
+    "gsm8k-lmeval": "step 7's servers without the bench: gsm8k identity (+ lm_eval)",
 }
 
 
@@ -1029,6 +1047,7 @@ def main() -> int:
         "--roots-018", type=Path, help="0.18.1 roots for the 002 microbenchmark (micro step)"
     )
     parser.add_argument("--steps", default="penalties-v1")
+    parser.add_argument("--repeats", type=int, help="override the engine steps' repeats")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/pb-out")))
     args = parser.parse_args()
@@ -1061,6 +1080,10 @@ def main() -> int:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **build_sites(args.overlay, variants),
     }
+    if args.repeats:
+        for name in steps:
+            if name in STEPS:
+                STEPS[name]["repeats"] = args.repeats
     build_model()
     say(f"import roots and model ready in {time.perf_counter() - t0:.0f} s")
     for name in steps:
@@ -1071,9 +1094,9 @@ def main() -> int:
             elif name == "upstream-tests":
                 data = run_upstream_tests(args.out, meta, args.tests)
             elif name == "micro":
-                data = run_micro(args.out, meta, args.roots_018)
+                data = run_micro(args.out, meta, args.overlay, args.roots_018)
             else:
-                data = run_serve_bench(args.out, meta, args.gsm8k, args.lmeval_site)
+                data = run_serve_bench(args.out, meta, args.gsm8k, args.lmeval_site, step=name)
         except Exception as exc:  # keep going: one failed step must not cost the others
             say(f"{name} FAILED: {exc}")
             partial = args.out / f"{name}.json"
