@@ -71,37 +71,66 @@ ATTR_HEADER = (
 )
 
 
+def _penalty_rounds(src: dict) -> list[dict]:
+    """Per round: plain and penalties tok/s of each variant, paired by round."""
+    rounds = []
+    for repeat in sorted({r["repeat"] for r in src["rounds"]}):
+        row = {"run": src["date"], "repeat": repeat}
+        for r in src["rounds"]:
+            if r["repeat"] == repeat:
+                row[f"{r['variant']}_{r['config']}"] = r["tok_per_s"]
+        if len(row) == 6:
+            rounds.append(row)
+    return rounds
+
+
 def penalties(version: str) -> dict | None:
     src = _load(version, "penalties-v1")
     if not src or "summary" not in src:
         return None
     s = src["summary"]
     p, q = s["plain"], s["penalties"]
-    cost = {v: 1 - q[v]["tok_per_s"][0] / p[v]["tok_per_s"][0] for v in ("pristine", "patched")}
+    # Every complete round measured with this series (the main file and an earlier n=1 run).
+    rounds = _penalty_rounds(src)
+    single = _load(version, "penalties-v1-single")
+    if single and single.get("series_hash") == src["series_hash"] and "rounds" in single:
+        rounds = _penalty_rounds(single) + rounds
+    cost = {
+        v: [1 - r[f"{v}_penalties"] / r[f"{v}_plain"] for r in rounds]
+        for v in ("pristine", "patched")
+    }
+    mean_cost = {v: sum(c) / len(c) for v, c in cost.items()}
     identical = p["outputs_identical"] and q["outputs_identical"]
     numbers = {
         "batch": 64,
         "output_len": 4096,
         "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)",
-        "pristine_plain_tok_s": p["pristine"]["tok_per_s"][0],
-        "pristine_penalties_tok_s": q["pristine"]["tok_per_s"][0],
-        "patched_plain_tok_s": p["patched"]["tok_per_s"][0],
-        "patched_penalties_tok_s": q["patched"]["tok_per_s"][0],
-        "pristine_penalty_cost": cost["pristine"],
-        "patched_penalty_cost": cost["patched"],
-        "penalties_patched_over_pristine": q["patched_over_pristine"]["ratio"],
+        "rounds": rounds,
+        "pristine_penalty_cost_per_round": cost["pristine"],
+        "patched_penalty_cost_per_round": cost["patched"],
+        "pristine_penalty_cost_mean": mean_cost["pristine"],
+        "patched_penalty_cost_mean": mean_cost["patched"],
+        "penalties_patched_over_pristine_per_round": [
+            r["patched_penalties"] / r["pristine_penalties"] for r in rounds
+        ],
         "tokens_identical": identical,
-        "rounds": 1,
+        "note": "penalty cost = 1 - penalties tok/s / plain tok/s of the same variant and round; "
+        "rounds of one run are interleaved, runs differ in machine state (spread of several "
+        "points between runs)",
     }
     table = "\n".join(
         [
-            "| config | pristine tok/s | patched tok/s | patched / pristine | tokens identical |",
-            "|---|---|---|---|---|",
+            "| run, round | pristine plain | pristine penalties | cost | patched plain "
+            "| patched penalties | cost | penalties patched / pristine |",
+            "|---|---|---|---|---|---|---|---|",
             *(
-                f"| {name} | {e['pristine']['tok_per_s'][0]:.0f} | {e['patched']['tok_per_s'][0]:.0f} "
-                f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |"
-                for name, e in (("plain (top_p 0.95)", p), ("presence+frequency+repetition", q))
+                f"| {r['run']} r{r['repeat']} | {r['pristine_plain']:.0f} "
+                f"| {r['pristine_penalties']:.0f} | {cp:.1%} | {r['patched_plain']:.0f} "
+                f"| {r['patched_penalties']:.0f} | {cq:.1%} "
+                f"| {r['patched_penalties'] / r['pristine_penalties']:.2f}x |"
+                for r, cp, cq in zip(rounds, cost["pristine"], cost["patched"], strict=True)
             ),
+            f"| mean | | | {mean_cost['pristine']:.1%} | | | {mean_cost['patched']:.1%} | |",
         ]
     )
     attr = "\n".join(
@@ -111,12 +140,191 @@ def penalties(version: str) -> dict | None:
             _attr_row("penalties", "patched", q["patched"]["attribution"]),
         ]
     )
-    # Rule: tokens identical in both configs, and the patched penalty cost within 5 %.
-    ok = identical and cost["patched"] <= 0.05
-    reason = "" if ok else "tokens differ or the patched penalty cost is above 5%"
+    # Rule: tokens identical in both configs, and the patched penalty cost within 5 % on the
+    # mean over every round measured with this series (single rounds are listed beside it).
+    ok = identical and mean_cost["patched"] <= 0.05
+    reason = "" if ok else "tokens differ or the patched mean penalty cost is above 5%"
     return _record(
         src, "e2e-gpu-penalties-v1", "003", "pass" if ok else "fail", numbers, reason, [table, attr]
     )
+
+
+def spec_ngram(version: str) -> dict | None:
+    src = _load(version, "spec-ngram")
+    if not src or "summary" not in src:
+        return None
+    s = src["summary"]
+    drafts = {c: e["pristine"].get("spec_decode", {}) for c, e in s.items()}
+    numbers = {
+        "runner": "V1, speculative_config ngram (4 tokens, lookup 2..4), random sampling with "
+        "per-request seeds; prompts: an 8-token phrase repeated to 64 tokens",
+        **{f"{c}_tokens_identical": e["outputs_identical"] for c, e in s.items()},
+        **{f"{c}_patched_over_pristine": e["patched_over_pristine"] for c, e in s.items()},
+        "spec_decode_counters_per_round": drafts,
+    }
+    table = "\n".join(
+        [
+            "| config | draft tokens / accepted (per round) | pristine tok/s | patched tok/s "
+            "| patched / pristine (95% CI) | tokens identical |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {c} (T={src['spec']['configs'][c]['params']['temperature']}, "
+                f"B={src['spec']['configs'][c]['batch']}) "
+                f"| {drafts[c].get('vllm:spec_decode_num_draft_tokens', 0)} / "
+                f"{drafts[c].get('vllm:spec_decode_num_accepted_tokens', 0)} "
+                f"| {', '.join(f'{x:.0f}' for x in e['pristine']['tok_per_s'])} "
+                f"| {', '.join(f'{x:.0f}' for x in e['patched']['tok_per_s'])} "
+                f"| {_ratio(e['patched_over_pristine'])} | {e['outputs_identical']} |"
+                for c, e in s.items()
+            ),
+        ]
+    )
+    identical = all(e["outputs_identical"] for e in s.values())
+    proposed = sum(d.get("vllm:spec_decode_num_draft_tokens", 0) for d in drafts.values())
+    ok = identical and proposed > 0
+    reason = "" if ok else ("tokens differ" if not identical else "no draft tokens were proposed")
+    return _record(
+        src, "e2e-gpu-spec-ngram", "010", "pass" if ok else "fail", numbers, reason, [table]
+    )
+
+
+def micro_000(version: str) -> dict | None:
+    src = _load(version, "micro-000")
+    if not src or "summary" not in src:
+        return None
+    s = src["summary"]
+    table = "\n".join(
+        [
+            "| batch config / size | pristine µs | patched µs | speedup (95% CI) | FP32 copy alone µs "
+            "| copy skipped (patched) | ids identical |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {k} | {e['pristine_us']:.0f} | {e['patched_us']:.0f} | {e['speedup']:.2f} "
+                f"[{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}] | {e['copy_us']:.0f} "
+                f"| {e['patched_skips']} | {e['ids_identical']} |"
+                for k, e in s.items()
+            ),
+        ]
+    )
+    identical = all(e["ids_identical"] for e in s.values())
+    errors = sum(e["errors"] for e in s.values())
+    numbers = {
+        "what": "MRV2 Sampler.__call__(logits, input_batch), vocab 151936, bf16 logits; median "
+        "per round of 200 calls (perf_counter + synchronize), 5 rounds, order alternated",
+        "summary": s,
+    }
+    ok = identical and not errors
+    return _record(
+        src,
+        "microbench-gpu-000",
+        "000",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else "sampled ids differ or a configuration failed",
+        [table],
+    )
+
+
+def micro_003(version: str) -> dict | None:
+    bench = _load(version, "micro-003")
+    meta = _load(version, "micro")
+    if not bench or not meta:
+        return None
+    src = {**meta, "command": bench["command"], "date": bench["date"]}
+    rows = bench["results"]
+    table = "\n".join(
+        [
+            "| L | penalty build pristine ms | patched ms | ratio | think scan pristine ms "
+            "| patched ms | ratio |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {r['L']} | {r['penalties_pristine_ms']:.2f} | {r['penalties_patched_ms']:.2f} "
+                f"| {r['penalties_ratio']:.1f}x | {r['think_pristine_ms']:.2f} "
+                f"| {r['think_patched_ms']:.2f} | {r['think_ratio']:.0f}x |"
+                for r in rows
+            ),
+        ]
+    )
+    numbers = {
+        "batch": bench["params"]["batch"],
+        "device": bench["device"],
+        "results": rows,
+        "growth_256_to_12288": {
+            "penalties_pristine": rows[-1]["penalties_pristine_ms"]
+            / rows[0]["penalties_pristine_ms"],
+            "penalties_patched": rows[-1]["penalties_patched_ms"] / rows[0]["penalties_patched_ms"],
+            "think_pristine": rows[-1]["think_pristine_ms"] / rows[0]["think_pristine_ms"],
+            "think_patched": rows[-1]["think_patched_ms"] / rows[0]["think_patched_ms"],
+        },
+        "note": "host time per decode step on the GPU machine's CPU, B=128; the patched penalty "
+        "build still copies B x L ids (it grows with L, 4-14x below pristine); the patched "
+        "think scan is flat",
+    }
+    return _record(src, "microbench-gpu-003", "003", "pass", numbers, tables=[table])
+
+
+def micro_002() -> dict | None:
+    src = _load("0.18.1", "micro-002")
+    if not src or "results" not in src:
+        return None
+    rows = []
+    for r in src["results"]:
+        for name, m in r["measures"].items():
+            rows.append(
+                f"| {r['batch']} | {r['prompt_len']} | {name} | {m['median_us']['pristine']:.1f} "
+                f"| {m['median_us']['patched']:.1f} | {m['speedup']:.2f} "
+                f"[{m['ci95'][0]:.2f}, {m['ci95'][1]:.2f}] |"
+            )
+    table = "\n".join(
+        [
+            "| batch | prompt len | measure | pristine µs | patched µs | speedup (95% CI) |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    record_src = {
+        "vllm_version": "0.18.1",
+        "command": src["command"],
+        "gpu": src["gpu"],
+        "date": src["date_utc"],
+        "series_hash": src["series_hash"],
+    }
+    numbers = {
+        "measures": {
+            "md": "InputBatch.get_pooling_metadata() alone",
+            "md_read": "get_pooling_metadata() + the GritLM pooler's host read of the prompt ids "
+            "+ synchronize",
+            "step": "_make_sampling_metadata() (pristine copies the ids to the GPU there) + md_read",
+        },
+        "results": [
+            {
+                "batch": r["batch"],
+                "prompt_len": r["prompt_len"],
+                **{
+                    k: {
+                        "pristine_us": m["median_us"]["pristine"],
+                        "patched_us": m["median_us"]["patched"],
+                        "speedup": m["speedup"],
+                        "ci95": m["ci95"],
+                    }
+                    for k, m in r["measures"].items()
+                },
+            }
+            for r in src["results"]
+        ],
+        "contents_identical": src["contents_ok"],
+    }
+    ok = bool(src["contents_ok"]) and src.get("status") == "ok"
+    result = _record(
+        record_src,
+        "microbench-gpu-002",
+        "002",
+        "pass" if ok else "fail",
+        numbers,
+        "" if ok else "prompt-id contents differ or the run failed",
+        [table],
+    )
+    return result
 
 
 def attribution(version: str) -> dict | None:
@@ -263,19 +471,53 @@ def serving(version: str) -> list[dict]:
             tables=[table],
         )
     ]
-    g = src.get("gsm8k")
-    if g:
-        same = g["identical_responses"] == g["samples"]
-        reason = (
+    return out
+
+
+def gsm8k(version: str) -> list[dict]:
+    src = _load(version, "gsm8k-lmeval")
+    if not src or "gsm8k" not in src:
+        return []
+    g = src["gsm8k"]
+    seq, conc = g["sequential"], g["concurrent"]
+    same = seq["identical_responses"] == g["samples"]
+    numbers = {
+        "samples": g["samples"],
+        "sequential_identical": seq["identical_responses"],
+        "concurrent_identical": conc["identical_responses"],
+        "concurrent_differing": conc["differing"],
+        "accuracy": seq["accuracy"],
+        "note": "greedy zero-shot /v1/completions to both servers; one request at a time (the A/B "
+        "check) and all 64 in flight (batch composition differs between the servers, so float "
+        "rounding may; reported, not the verdict); random weights, accuracy ~0",
+    }
+    out = [
+        _record(
+            src,
+            "gpu-gsm8k-identity",
+            "000",
+            "pass" if same else "fail",
+            numbers,
             ""
             if same
-            else (
-                f"{g['samples'] - g['identical_responses']} of {g['samples']} greedy responses differ; "
-                "no pristine-vs-pristine control was run, so batch-order nondeterminism under "
-                "concurrent requests is not ruled out (the offline MRV2 step's tokens were identical)"
+            else f"{g['samples'] - seq['identical_responses']} sequential responses differ",
+        )
+    ]
+    lm = src.get("lm_eval")
+    if lm and "error" not in lm:
+        ok = not lm["differing_doc_ids"] and lm["scores"]["pristine"] == lm["scores"]["patched"]
+        out.append(
+            _record(
+                src,
+                "gpu-gsm8k-lmeval",
+                "000",
+                "pass" if ok else "fail",
+                lm,
+                "" if ok else f"responses differ for docs {lm['differing_doc_ids']}",
             )
         )
-        out.append(_record(src, "gpu-gsm8k-identity", "000", "pass" if same else "fail", g, reason))
+    elif lm:
+        out.append(_record(src, "gpu-gsm8k-lmeval", "000", "fail", lm, "lm_eval failed"))
     return out
 
 
@@ -290,6 +532,11 @@ def main() -> int:
         embeddings(args.version),
         upstream_tests(args.version),
         *serving(args.version),
+        *gsm8k(args.version),
+        spec_ngram(args.version),
+        micro_000(args.version),
+        micro_003(args.version),
+        micro_002() if args.version == "0.22.0" else None,
     ]
     for result in filter(None, made):
         path = results.write(result, "gpu", result["step"])
