@@ -1,0 +1,123 @@
+"""scripts/import_gpu_results.py: verdict rules of the GPU records, on synthetic step files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "import_gpu_results.py"
+META = {
+    "command": "gpu_verify.py --steps x",
+    "gpu": "NVIDIA H100 80GB HBM3",
+    "vllm_version": "0.22.0",
+    "series_hash": "abc1234567",
+    "date": "2026-11-24T08:00:00+00:00",
+}
+
+
+@pytest.fixture
+def mod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_gpu_results", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_gpu_results"] = module
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    (tmp_path / "0.22.0").mkdir()
+    return module
+
+
+def _write(root: Path, step: str, data: dict) -> None:
+    (root / "0.22.0" / f"{step}.json").write_text(json.dumps({**META, **data}))
+
+
+def _pen_round(repeat: int, plain: dict[str, float], pen: dict[str, float]) -> list[dict]:
+    rows = []
+    for variant in ("pristine", "patched"):
+        rows.append({"repeat": repeat, "config": "plain", "variant": variant,
+                     "tok_per_s": plain[variant]})  # fmt: skip
+        rows.append({"repeat": repeat, "config": "penalties", "variant": variant,
+                     "tok_per_s": pen[variant]})  # fmt: skip
+    return rows
+
+
+def _pen_summary(identical: bool = True) -> dict:
+    entry = {"attribution": None, "tok_per_s": [1.0]}
+    one = {"pristine": entry, "patched": entry, "outputs_identical": identical,
+           "patched_over_pristine": {"ratio": 1.0, "n": 1}}  # fmt: skip
+    return {"plain": one, "penalties": one}
+
+
+def test_penalties_pools_rounds_of_the_same_series_only(mod, tmp_path):
+    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
+    rounds += _pen_round(1, {"pristine": 100, "patched": 100}, {"pristine": 50, "patched": 96})
+    _write(tmp_path, "penalties-v1", {"summary": _pen_summary(), "rounds": rounds})
+    single = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 80})
+    _write(tmp_path, "penalties-v1-single", {"series_hash": "other", "rounds": single})
+    rec = mod.penalties("0.22.0")
+    assert rec["outcome"] == "pass"
+    assert rec["numbers"]["patched_penalty_cost_per_round"] == pytest.approx([0.02, 0.04])
+    # Same series: its 20% round is pooled and the mean cost (~8.7%) fails the 5% rule.
+    _write(tmp_path, "penalties-v1-single", {"rounds": single})
+    rec = mod.penalties("0.22.0")
+    assert len(rec["numbers"]["rounds"]) == 3
+    assert rec["outcome"] == "fail" and "5%" in rec["reason"]
+
+
+def test_penalties_fail_when_tokens_differ(mod, tmp_path):
+    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 100})
+    _write(tmp_path, "penalties-v1", {"summary": _pen_summary(False), "rounds": rounds})
+    assert mod.penalties("0.22.0")["outcome"] == "fail"
+
+
+def _spec(draft_tokens: int, identical: bool = True) -> dict:
+    counters = {"vllm:spec_decode_num_draft_tokens": draft_tokens,
+                "vllm:spec_decode_num_accepted_tokens": 0}  # fmt: skip
+    side = {"tok_per_s": [10.0, 11.0], "spec_decode": counters}
+    return {
+        "spec": {"configs": {"b4": {"batch": 4, "params": {"temperature": 0.2}}}},
+        "summary": {
+            "b4": {
+                "pristine": side,
+                "patched": side,
+                "outputs_identical": identical,
+                "patched_over_pristine": {"ratio": 1.0, "n": 2, "ci95_low": 0.9, "ci95_high": 1.1},
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("drafts", "identical", "outcome"),
+    [(258, True, "pass"), (0, True, "fail"), (258, False, "fail")],
+)
+def test_spec_ngram_needs_drafts_and_identical_tokens(mod, tmp_path, drafts, identical, outcome):
+    _write(tmp_path, "spec-ngram", _spec(drafts, identical))
+    rec = mod.spec_ngram("0.22.0")
+    assert rec["outcome"] == outcome
+    if drafts == 0:
+        assert "no draft" in rec["reason"]
+
+
+def test_gsm8k_verdict_is_the_one_at_a_time_check(mod, tmp_path):
+    side = {"identical_responses": 64, "differing": [], "accuracy": {"pristine": 0.0}}
+    gsm8k = {"samples": 64, "sequential": side,
+             "concurrent": {**side, "identical_responses": 57, "differing": [1, 2]}}  # fmt: skip
+    scores = {"exact_match,strict-match": 0.0}
+    lm = {"differing_doc_ids": [], "scores": {"pristine": scores, "patched": scores}}
+    _write(tmp_path, "gsm8k-lmeval", {"gsm8k": gsm8k, "lm_eval": lm})
+    identity, lmeval = mod.gsm8k("0.22.0")
+    assert identity["outcome"] == "pass"
+    assert identity["numbers"]["concurrent_identical"] == 57
+    assert lmeval["outcome"] == "pass"
+    gsm8k["sequential"] = {**side, "identical_responses": 63, "differing": [5]}
+    lm["differing_doc_ids"] = [5]
+    _write(tmp_path, "gsm8k-lmeval", {"gsm8k": gsm8k, "lm_eval": lm})
+    assert [r["outcome"] for r in mod.gsm8k("0.22.0")] == ["fail", "fail"]
+    _write(tmp_path, "gsm8k-lmeval", {"gsm8k": gsm8k, "lm_eval": {"error": "rc 1"}})
+    assert mod.gsm8k("0.22.0")[1]["outcome"] == "fail"
