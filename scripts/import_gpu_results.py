@@ -260,7 +260,27 @@ def micro_003(version: str) -> dict | None:
         "build still copies B x L ids (it grows with L, 4-14x below pristine); the patched "
         "think scan is flat",
     }
-    return _record(src, "microbench-gpu-003", "003", "pass", numbers, tables=[table])
+    # Rule (issue 8, step 2): the cost grows with L in pristine and stays flat patched, for both
+    # the penalty build and the think scan; "flat" = less than 2x from the shortest to the
+    # longest L, "grows" = more than 4x.
+    growth = numbers["growth_256_to_12288"]
+    flat = {k: growth[f"{k}_patched"] < 2 for k in ("penalties", "think")}
+    grows = all(growth[f"{k}_pristine"] > 4 for k in ("penalties", "think"))
+    ok = grows and all(flat.values())
+    reason = (
+        ""
+        if ok
+        else "; ".join(
+            f"patched {k} cost grows {growth[f'{k}_patched']:.1f}x with L "
+            f"(pristine {growth[f'{k}_pristine']:.1f}x)"
+            for k, is_flat in flat.items()
+            if not is_flat
+        )
+        or "pristine cost does not grow with L"
+    )
+    return _record(
+        src, "microbench-gpu-003", "003", "pass" if ok else "fail", numbers, reason, [table]
+    )
 
 
 def micro_002() -> dict | None:

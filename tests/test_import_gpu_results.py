@@ -121,3 +121,33 @@ def test_gsm8k_verdict_is_the_one_at_a_time_check(mod, tmp_path):
     assert [r["outcome"] for r in mod.gsm8k("0.22.0")] == ["fail", "fail"]
     _write(tmp_path, "gsm8k-lmeval", {"gsm8k": gsm8k, "lm_eval": {"error": "rc 1"}})
     assert mod.gsm8k("0.22.0")[1]["outcome"] == "fail"
+
+
+def _bench_row(length: int, pen: tuple[float, float], think: tuple[float, float]) -> dict:
+    return {
+        "L": length,
+        "penalties_pristine_ms": pen[0],
+        "penalties_patched_ms": pen[1],
+        "penalties_ratio": pen[0] / pen[1],
+        "think_pristine_ms": think[0],
+        "think_patched_ms": think[1],
+        "think_ratio": think[0] / think[1],
+    }
+
+
+@pytest.mark.parametrize(
+    ("patched_pen_long", "outcome"), [(0.5, "pass"), (3.8, "fail")]
+)  # fmt: skip
+def test_micro_003_patched_cost_must_stay_flat(mod, tmp_path, patched_pen_long, outcome):
+    rows = [
+        _bench_row(256, (1.4, 0.4), (3.9, 0.22)),
+        _bench_row(12288, (55.0, patched_pen_long), (193.0, 0.34)),
+    ]
+    bench = {"command": "bench_003_cpu.py", "date": META["date"], "device": "cuda",
+             "params": {"batch": 128}, "results": rows}  # fmt: skip
+    (tmp_path / "0.22.0" / "micro-003.json").write_text(json.dumps(bench))
+    _write(tmp_path, "micro", {})
+    rec = mod.micro_003("0.22.0")
+    assert rec["outcome"] == outcome
+    if outcome == "fail":
+        assert "penalties" in rec["reason"] and "think" not in rec["reason"]
