@@ -574,6 +574,24 @@ class Worker:
         self.log.close()
 
 
+def _round_call(worker: Worker, op: str, deadline: float, settings: dict, **kwargs: Any) -> dict:
+    """One timed call in a round: the worker's reply without the protocol fields, or the error
+    (recorded, not raised: the other shapes and variants go on)."""
+    try:
+        msg = worker.call(
+            op,
+            min(deadline, time.monotonic() + CALL_TIMEOUT_S),
+            iters=settings["iters"],
+            warmup=settings["warmup"],
+            **kwargs,
+        )
+    except WorkerError as exc:
+        msg = {"ok": False, "error": str(exc)[-4000:]}
+    msg.pop("seq", None)
+    msg.pop("op", None)
+    return msg
+
+
 def _gpu_verify() -> Any:
     """scripts/gpu_verify.py as a module (only the standard library at import time)."""
     if str(HERE.parent) not in sys.path:
@@ -853,37 +871,16 @@ def run(
                         if not setup_ok(key, v) or workers[v].dead:
                             continue
                         row = {"round": rnd, "shape": key, "variant": v, "order": order}
-                        try:
-                            msg = workers[v].call(
-                                "measure",
-                                min(deadline, time.monotonic() + CALL_TIMEOUT_S),
-                                config=config,
-                                batch=batch,
-                                iters=settings["iters"],
-                                warmup=settings["warmup"],
-                            )
-                        except WorkerError as exc:
-                            msg = {"ok": False, "error": str(exc)[-4000:]}
-                        msg.pop("seq", None)
-                        msg.pop("op", None)
+                        msg = _round_call(
+                            workers[v], "measure", deadline, settings, config=config, batch=batch
+                        )
                         data["rounds"].append({**row, **msg})
             for bi, batch in enumerate(batches):
                 order = list(VARIANTS) if (rnd + bi) % 2 == 0 else list(VARIANTS)[::-1]
                 for v in order:
                     if workers[v].dead:
                         continue
-                    try:
-                        msg = workers[v].call(
-                            "copy",
-                            min(deadline, time.monotonic() + CALL_TIMEOUT_S),
-                            batch=batch,
-                            iters=settings["iters"],
-                            warmup=settings["warmup"],
-                        )
-                    except WorkerError as exc:
-                        msg = {"ok": False, "error": str(exc)[-4000:]}
-                    msg.pop("seq", None)
-                    msg.pop("op", None)
+                    msg = _round_call(workers[v], "copy", deadline, settings, batch=batch)
                     data["copy_ref"].append({"round": rnd, "batch": batch, "variant": v, **msg})
             round_s = time.monotonic() - t_round
             save()

@@ -34,8 +34,8 @@ How vLLM 0.18.1 is loaded: ``scripts/pack_micro_002_roots.py`` (run on the dev m
 ``.gpu/roots-0.18.1/`` (pristine ``vllm/`` + ``vllm.egg-info`` as ``pristine.tar.xz``, the
 series' changed files as ``overlay/``, ``SERIES_HASH``, ``MANIFEST.json``); this script unpacks
 it to ``<work>/pristine`` and ``<work>/patched`` (= pristine + overlay; reused when unchanged).
-Both roots are imported side by side as ``tests/equivalence`` does (``verify.equivalence.roots``
-logic, copied here because ``verify`` pulls in gitpython, which the GPU machine lacks): while a
+Both roots are imported side by side as ``tests/equivalence`` does, with
+``verify.equivalence.roots.ImportRoot`` (which needs no gitpython for this): while a
 root is active its directory is ``sys.path[0]`` and ``sys.modules`` holds its ``vllm`` modules
 only; every vLLM call runs inside ``active()``. The roots are pure Python: ``vllm/platforms/
 cuda.py`` does ``import vllm._C``, so platform detection must never run: before anything else
@@ -71,7 +71,6 @@ CPU smoke tests: ``--device cpu`` (CpuPlatform, as the equivalence tests) and ``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import gc
 import hashlib
@@ -88,13 +87,17 @@ import sys
 import tarfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+
+from verify.equivalence import roots as _roots  # noqa: E402
+
 STEP = "micro-002"
 VLLM_VERSION = "0.18.1"
 DEFAULT_ROOTS = REPO / ".gpu" / f"roots-{VLLM_VERSION}"
@@ -194,33 +197,16 @@ def t975(df: int) -> float:
 # import roots
 
 
-def _is_vllm(name: str) -> bool:
-    return name == "vllm" or name.startswith("vllm.")
+_is_vllm = _roots._is_vllm
 
 
-class ImportRoot:
-    """A directory holding a ``vllm/`` package (``verify.equivalence.roots.ImportRoot``)."""
+class ImportRoot(_roots.ImportRoot):
+    """``verify.equivalence.roots.ImportRoot`` with this script's setup error and check."""
 
     def __init__(self, path: Path, label: str) -> None:
         if not (path / "vllm" / "__init__.py").exists():
             raise SetupError(f"{label} import root {path} has no vllm/__init__.py; {PACK_HINT}")
-        self.path = path
-        self.label = label
-        self._modules: dict[str, ModuleType] = {}
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[ImportRoot]:
-        """While active, ``import vllm...`` resolves to this root."""
-        saved = {name: sys.modules.pop(name) for name in list(sys.modules) if _is_vllm(name)}
-        sys.modules.update(self._modules)
-        sys.path.insert(0, str(self.path))
-        importlib.invalidate_caches()
-        try:
-            yield self
-        finally:
-            sys.path.remove(str(self.path))
-            self._modules = {n: sys.modules.pop(n) for n in list(sys.modules) if _is_vllm(n)}
-            sys.modules.update(saved)
+        super().__init__(path, label)
 
     def foreign_modules(self) -> list[str]:
         """Loaded ``vllm`` modules of this root whose file lies outside it (should be none)."""
