@@ -796,42 +796,14 @@ def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit
     """gsm8k through lm_eval local-completions (the CPU tier's task YAML: 5-shot, strict and
     flexible filters) against each server, one request at a time; per-sample identity."""
     sys.path.insert(0, str(HERE.parents[1]))
-    from verify.e2e.accuracy import TASK_YAML, _load
+    from verify.e2e.accuracy import _load, differing_docs, lm_eval_argv, write_task
 
-    tasks = out / "raw" / "lm_eval-tasks"
-    tasks.mkdir(parents=True, exist_ok=True)
-    (tasks / "gsm8k_local.yaml").write_text(
-        TASK_YAML.format(
-            train=data_dir / "train.jsonl", test=data_dir / "test.jsonl", max_gen_toks=256
-        )
-    )
+    tasks = write_task(out / "raw" / "lm_eval-tasks", 256, data=data_dir)
     results, samples, commands = {}, {}, {}
     for variant, port in ports.items():
         target = out / "raw" / f"lm_eval-{variant}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "lm_eval",
-            "--model",
-            "local-completions",
-            "--model_args",
-            f"base_url=http://127.0.0.1:{port}/v1/completions,model={MODEL},"
-            f"tokenizer_backend=huggingface,tokenizer={MODEL},num_concurrent=1,max_retries=2,"
-            "tokenized_requests=False,max_length=4096,seed=0",
-            "--tasks",
-            "gsm8k_local",
-            "--include_path",
-            str(tasks),
-            "--output_path",
-            str(target),
-            "--log_samples",
-            "--seed",
-            "0",
-            "--batch_size",
-            "1",
-            "--limit",
-            str(limit),
-        ]
+        url = f"http://127.0.0.1:{port}"
+        cmd = lm_eval_argv(sys.executable, url, str(MODEL), MODEL, tasks, target, limit, 1)
         env = dict(
             os.environ,
             PYTHONPATH=f"{site}:{BUNDLE}",
@@ -850,13 +822,7 @@ def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit
         commands[variant] = " ".join(cmd[1:])
         results[variant], samples[variant] = _load(target)
         say(f"serve-bench: lm_eval {variant} done in {time.perf_counter() - t0:.0f} s")
-    differing = sorted(
-        {
-            a["doc_id"]
-            for a, b in zip(samples["pristine"], samples["patched"], strict=True)
-            if a["resps"] != b["resps"] or a["filtered_resps"] != b["filtered_resps"]
-        }
-    )
+    differing = sorted(set(differing_docs(samples["pristine"], samples["patched"])))
     docs = {row["doc_id"] for row in samples["pristine"]}
     return {
         "limit": limit,

@@ -76,8 +76,8 @@ def data_dir() -> Path:
     return Path(os.environ.get("PATCHBENCH_GSM8K_DIR") or DATA_DEFAULT)
 
 
-def write_task(dest: Path, max_gen_toks: int) -> Path:
-    data = data_dir()
+def write_task(dest: Path, max_gen_toks: int, data: Path | None = None) -> Path:
+    data = data or data_dir()
     for split in ("train", "test"):
         if not (data / f"{split}.jsonl").is_file():
             raise PatchbenchError(
@@ -93,13 +93,27 @@ def write_task(dest: Path, max_gen_toks: int) -> Path:
 
 
 def lm_eval_cmd(ctx: Context, url: str, tasks_dir: Path, out: Path, limit: int | None) -> list[str]:
+    return lm_eval_argv(ctx.runtime.python, url, "tiny", ctx.model, tasks_dir, out, limit)
+
+
+def lm_eval_argv(
+    python: str,
+    url: str,
+    model: str,
+    tokenizer: Path,
+    tasks_dir: Path,
+    out: Path,
+    limit: int | None,
+    num_concurrent: int = 4,
+) -> list[str]:
+    """`lm_eval --model local-completions` on gsm8k_local against the server at `url`."""
     model_args = (
-        f"base_url={url}/v1/completions,model=tiny,tokenizer_backend=huggingface,"
-        f"tokenizer={ctx.model},num_concurrent=4,max_retries=2,tokenized_requests=False,"
-        "max_length=4096,seed=0"
+        f"base_url={url}/v1/completions,model={model},tokenizer_backend=huggingface,"
+        f"tokenizer={tokenizer},num_concurrent={num_concurrent},max_retries=2,"
+        "tokenized_requests=False,max_length=4096,seed=0"
     )
     cmd = [
-        ctx.runtime.python,
+        python,
         "-m",
         "lm_eval",
         "--model",
@@ -121,6 +135,15 @@ def lm_eval_cmd(ctx: Context, url: str, tasks_dir: Path, out: Path, limit: int |
     if limit:
         cmd += ["--limit", str(limit)]
     return cmd
+
+
+def differing_docs(a: list[dict], b: list[dict]) -> list[int]:
+    """doc_id of every sample row (as `_load` sorts them) whose responses differ."""
+    return [
+        ra["doc_id"]
+        for ra, rb in zip(a, b, strict=True)
+        if ra["resps"] != rb["resps"] or ra["filtered_resps"] != rb["filtered_resps"]
+    ]
 
 
 def _load(out: Path) -> tuple[dict, list[dict]]:
@@ -164,10 +187,7 @@ def gsm8k(
             timing[root] = round(time.monotonic() - t0, 1)
             scores[root], samples[root] = _load(out)
     keys = [k for k in scores["pristine"] if k.startswith("exact_match")]
-    differing = []
-    for sa, sb in zip(samples["pristine"], samples["patched"], strict=True):
-        if sa["resps"] != sb["resps"] or sa["filtered_resps"] != sb["filtered_resps"]:
-            differing.append(sa["doc_id"])
+    differing = differing_docs(samples["pristine"], samples["patched"])
     equal_scores = all(scores["pristine"][k] == scores["patched"][k] for k in keys)
     numbers = {
         "limit": limit,
