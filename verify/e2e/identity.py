@@ -79,6 +79,7 @@ def token_identity(ctx: Context, *, max_tokens: int = 256, prompts: int = 4) -> 
         "thinking_budget_ended": {
             name: "</think>" in r["text"] for name, r in reqs_a.items() if "think" in name
         },
+        "determinism": out["pristine"].get("determinism", []),
         "workdir": str(work),
     }
     if diffs:

@@ -91,7 +91,28 @@ CPU_SHIMS = [
 ]
 
 
+#: Why the step runs the engine in-process and sampled requests in their own batch. vLLM's
+#: CPU sampler (TopKTopPSampler.forward_cpu, 0.22.0) ignores per-request generators as soon as
+#: one row of the batch has none (a greedy row) and draws from the global RNG instead; with the
+#: engine core in a separate process the first steps' batch composition depends on how fast the
+#: requests arrive, so seeded outputs changed from run to run even for pristine code.
+DETERMINISM = [
+    "VLLM_ENABLE_V1_MULTIPROCESSING=0: requests are all queued before the first step",
+    "sampled (seeded) and greedy requests go to separate LLM.generate calls: every sampled row "
+    "has its own generator (forward_cpu uses the global RNG for mixed batches)",
+]
+
+
+def _batches(reqs: list) -> list[list[int]]:
+    """Indices of the sampled requests, then of the greedy ones (each list mixes penalties,
+    thinking budgets and plain requests)."""
+    sampled = [i for i, r in enumerate(reqs) if "seed" in r[2]]
+    greedy = [i for i, r in enumerate(reqs) if "seed" not in r[2]]
+    return [b for b in (sampled, greedy) if b]
+
+
 def generate(args) -> dict:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     reqs = requests(args.max_tokens, args.prompts)
@@ -105,10 +126,13 @@ def generate(args) -> dict:
         enforce_eager=True,
     )
     load_s = time.monotonic() - started
-    prompts = [r[1] for r in reqs]
-    params = [SamplingParams(**r[2]) for r in reqs]
+    outs: list = [None] * len(reqs)
     started = time.monotonic()
-    outs = llm.generate(prompts, params, use_tqdm=False)
+    for batch in _batches(reqs):
+        prompts = [reqs[i][1] for i in batch]
+        params = [SamplingParams(**reqs[i][2]) for i in batch]
+        for i, out in zip(batch, llm.generate(prompts, params, use_tqdm=False), strict=True):
+            outs[i] = out
     gen_s = time.monotonic() - started
     results = {}
     total = 0
@@ -133,6 +157,7 @@ def generate(args) -> dict:
         "generate_s": gen_s,
         "tokens": total,
         "tok_per_s": total / gen_s if gen_s else None,
+        "determinism": DETERMINISM,
     }
 
 
