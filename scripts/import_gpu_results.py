@@ -84,15 +84,16 @@ def _penalty_rounds(src: dict) -> list[dict]:
     return rounds
 
 
-def penalties(version: str) -> dict | None:
-    src = _load(version, "penalties-v1")
+def penalties(version: str, step: str = "penalties-v1") -> dict | None:
+    """Record of a V1 plain-vs-penalties step (penalties-v1: L=4096, penalties-v1-long)."""
+    src = _load(version, step)
     if not src or "summary" not in src:
         return None
     s = src["summary"]
     p, q = s["plain"], s["penalties"]
     # Every complete round measured with this series (the main file and an earlier n=1 run).
     rounds = _penalty_rounds(src)
-    single = _load(version, "penalties-v1-single")
+    single = _load(version, f"{step}-single")
     if single and single.get("series_hash") == src["series_hash"] and "rounds" in single:
         rounds = _penalty_rounds(single) + rounds
     cost = {
@@ -102,8 +103,8 @@ def penalties(version: str) -> dict | None:
     mean_cost = {v: sum(c) / len(c) for v, c in cost.items()}
     identical = p["outputs_identical"] and q["outputs_identical"]
     numbers = {
-        "batch": 64,
-        "output_len": 4096,
+        "batch": src["spec"]["configs"]["penalties"]["batch"],
+        "output_len": src["spec"]["configs"]["penalties"]["output_len"],
         "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)",
         "rounds": rounds,
         "pristine_penalty_cost_per_round": cost["pristine"],
@@ -145,7 +146,7 @@ def penalties(version: str) -> dict | None:
     ok = identical and mean_cost["patched"] <= 0.05
     reason = "" if ok else "tokens differ or the patched mean penalty cost is above 5%"
     return _record(
-        src, "e2e-gpu-penalties-v1", "003", "pass" if ok else "fail", numbers, reason, [table, attr]
+        src, f"e2e-gpu-{step}", "003", "pass" if ok else "fail", numbers, reason, [table, attr]
     )
 
 
@@ -547,6 +548,7 @@ def main() -> int:
     args = parser.parse_args()
     made = [
         penalties(args.version),
+        penalties(args.version, "penalties-v1-long"),
         attribution(args.version),
         mrv2(args.version),
         embeddings(args.version),

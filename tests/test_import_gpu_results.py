@@ -53,10 +53,17 @@ def _pen_summary(identical: bool = True) -> dict:
     return {"plain": one, "penalties": one}
 
 
+def _pen_spec(batch: int = 64, output_len: int = 4096) -> dict:
+    config = {"batch": batch, "output_len": output_len}
+    return {"configs": {"plain": config, "penalties": config}}
+
+
 def test_penalties_pools_rounds_of_the_same_series_only(mod, tmp_path):
     rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
     rounds += _pen_round(1, {"pristine": 100, "patched": 100}, {"pristine": 50, "patched": 96})
-    _write(tmp_path, "penalties-v1", {"summary": _pen_summary(), "rounds": rounds})
+    _write(
+        tmp_path, "penalties-v1", {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec()}
+    )
     single = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 80})
     _write(tmp_path, "penalties-v1-single", {"series_hash": "other", "rounds": single})
     rec = mod.penalties("0.22.0")
@@ -71,8 +78,22 @@ def test_penalties_pools_rounds_of_the_same_series_only(mod, tmp_path):
 
 def test_penalties_fail_when_tokens_differ(mod, tmp_path):
     rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 100})
-    _write(tmp_path, "penalties-v1", {"summary": _pen_summary(False), "rounds": rounds})
+    _write(
+        tmp_path,
+        "penalties-v1",
+        {"summary": _pen_summary(False), "rounds": rounds, "spec": _pen_spec()},
+    )
     assert mod.penalties("0.22.0")["outcome"] == "fail"
+
+
+def test_penalties_long_step_is_its_own_record(mod, tmp_path):
+    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 40, "patched": 97})
+    data = {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec(32, 8192)}
+    _write(tmp_path, "penalties-v1-long", data)
+    assert mod.penalties("0.22.0") is None  # the L=4096 step was not run
+    rec = mod.penalties("0.22.0", "penalties-v1-long")
+    assert rec["step"] == "e2e-gpu-penalties-v1-long" and rec["outcome"] == "pass"
+    assert (rec["numbers"]["batch"], rec["numbers"]["output_len"]) == (32, 8192)
 
 
 def _spec(draft_tokens: int, identical: bool = True) -> dict:
