@@ -153,6 +153,7 @@ class Batch:
             ib.req_output_token_ids[i] = output
             self.prompts[i] = prompt
         ib.req_id_to_index[f"req-{i}"] = i
+        self._invalidate(i)
         ib.num_prompt_tokens[i] = prompt_len
         ib.token_ids_cpu[i, :prompt_len] = prompt
         ib.token_ids_cpu[i, prompt_len : prompt_len + len(output)] = output
@@ -174,6 +175,13 @@ class Batch:
         """_update_states: rejected / discarded tokens (KV-load failure)."""
         del self.outputs[i][keep:]
         self.ib.num_tokens_no_spec[i] = int(self.ib.num_prompt_tokens[i]) + keep
+        self._invalidate(i)
+
+    def _invalidate(self, i: int) -> None:
+        # Series with an incremental builder: the runner reports truncations.
+        invalidate = getattr(self.ib.output_tokens_builder, "invalidate", None)
+        if invalidate is not None:
+            invalidate(i)
 
     def repair_placeholders(self, sampled: dict[int, int]) -> None:
         """Run the patched update_async_output_token_ids for rows with a trailing -1."""
@@ -358,3 +366,38 @@ def test_staging_reused_and_grown(mods):
             batch.shrink(i, 0)
             batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, length))])
         _check(mods, batch)
+
+
+def test_truncate_and_regrow_between_builds(mods):
+    # A row's list is cut and grows past its old length before the next build
+    # (no penalty request in between): no stale ids may survive in any buffer.
+    rng = random.Random(9)
+    batch = Batch(mods, 4, rng)
+    for i in range(4):
+        batch.append(i, [rng.randrange(VOCAB) for _ in range(30)])
+    for _ in range(3):  # every staging buffer has seen the rows
+        _check(mods, batch)
+    batch.shrink(1, 5)
+    batch.append(1, [rng.randrange(VOCAB) for _ in range(40)])
+    batch.shrink(2, 0)
+    batch.append(2, [rng.randrange(VOCAB) for _ in range(31)])
+    for _ in range(3):
+        _check(mods, batch)
+        batch.append(3, [rng.randrange(VOCAB)])
+
+
+def test_rows_swapped_and_moved(mods):
+    # condense()/swap_states(): lists change rows; every row must follow its list.
+    rng = random.Random(10)
+    batch = Batch(mods, 6, rng)
+    for i in range(6):
+        batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, 40))])
+    _check(mods, batch)
+    ib = batch.ib
+    with mods.patched.active():
+        ib.swap_states(0, 5)
+    batch.prompts[0], batch.prompts[5] = batch.prompts[5], batch.prompts[0]
+    for _ in range(3):
+        _check(mods, batch)
+        for i in range(6):
+            batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, 3))])
