@@ -113,7 +113,14 @@ class Batch:
     tokens in token_ids_cpu, num_prompt_tokens, num_tokens_no_spec, req_output_token_ids),
     with the lists as the source of truth for the pristine reference."""
 
-    def __init__(self, mods, num_reqs: int, rng: random.Random, max_num_reqs: int = 256):
+    def __init__(
+        self,
+        mods,
+        num_reqs: int,
+        rng: random.Random,
+        max_num_reqs: int = 256,
+        cuda_staging: bool = False,
+    ):
         self.mods = mods
         self.rng = rng
         kwargs = dict(
@@ -134,6 +141,8 @@ class Batch:
         with mods.patched.active():
             self.ib = mods.pa_ib.InputBatch(**kwargs)
         assert self.ib.output_tokens_builder is not None
+        if cuda_staging:
+            self.ib.output_tokens_builder = _cuda_staging_builder(self.ib)
         # Stale garbage everywhere: anything read outside the live range shows up.
         self.ib.token_ids_cpu[:] = np.asarray(
             [rng.randrange(VOCAB) for _ in range(MAX_MODEL_LEN)], dtype=np.int32
@@ -153,6 +162,7 @@ class Batch:
             ib.req_output_token_ids[i] = output
             self.prompts[i] = prompt
         ib.req_id_to_index[f"req-{i}"] = i
+        self._invalidate(i)
         ib.num_prompt_tokens[i] = prompt_len
         ib.token_ids_cpu[i, :prompt_len] = prompt
         ib.token_ids_cpu[i, prompt_len : prompt_len + len(output)] = output
@@ -174,6 +184,13 @@ class Batch:
         """_update_states: rejected / discarded tokens (KV-load failure)."""
         del self.outputs[i][keep:]
         self.ib.num_tokens_no_spec[i] = int(self.ib.num_prompt_tokens[i]) + keep
+        self._invalidate(i)
+
+    def _invalidate(self, i: int) -> None:
+        # Series with an incremental builder: the runner reports truncations.
+        invalidate = getattr(self.ib.output_tokens_builder, "invalidate", None)
+        if invalidate is not None:
+            invalidate(i)
 
     def repair_placeholders(self, sampled: dict[int, int]) -> None:
         """Run the patched update_async_output_token_ids for rows with a trailing -1."""
@@ -210,6 +227,41 @@ class Batch:
                 else:
                     k = min(room, rng.randint(1, 4))
                     self.append(i, [rng.randrange(VOCAB) for _ in range(k)])
+
+
+class _HostEvent:
+    """Stands in for torch.cuda.Event: on CPU the "device copy" is the staging view itself."""
+
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _cuda_staging_builder(ib):
+    """The builder the CUDA model runner gets (device 'cuda': two staging buffers used in
+    turn, whole rows handed to the copy), built for a CPU run: `build(..., device=cpu)`
+    returns a view of the staging rows instead of a device copy."""
+    builder = ib.output_tokens_builder
+    twin = type(builder)(
+        ib.token_ids_cpu,
+        ib.num_prompt_tokens,
+        ib.num_tokens_no_spec,
+        ib.req_output_token_ids,
+        torch.device("cuda"),
+        False,
+    )
+    assert twin.use_cuda_staging and len(twin._buffers) == 2
+    return twin
+
+
+@pytest.fixture(params=[False, True], ids=["host-staging", "cuda-staging"])
+def cuda_staging(request, monkeypatch):
+    """Runs a test with the CPU builder and with the double-buffered CUDA builder."""
+    if request.param:
+        monkeypatch.setattr(torch.cuda, "Event", _HostEvent)
+    return request.param
 
 
 def _pristine_tensor(mods, outputs):
@@ -253,9 +305,9 @@ def _check(mods, batch, seed=0, expect_fast=True):
 
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("seed", range(4))
-def test_random_streams(mods, seed, async_sched):
+def test_random_streams(mods, cuda_staging, seed, async_sched):
     rng = random.Random(1000 * seed + async_sched)
-    batch = Batch(mods, rng.randint(1, 24), rng)
+    batch = Batch(mods, rng.randint(1, 24), rng, cuda_staging=cuda_staging)
     for step in range(60):
         batch.random_step(async_sched)
         _check(mods, batch, seed=step)
@@ -350,11 +402,46 @@ def test_inconsistent_bookkeeping_row_uses_list(mods):
     _check(mods, batch)
 
 
-def test_staging_reused_and_grown(mods):
+def test_staging_reused_and_grown(mods, cuda_staging):
     rng = random.Random(8)
-    batch = Batch(mods, 8, rng)
+    batch = Batch(mods, 8, rng, cuda_staging=cuda_staging)
     for length in (3, 200, 1, 400, 0, 17):
         for i in range(8):
             batch.shrink(i, 0)
             batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, length))])
         _check(mods, batch)
+
+
+def test_truncate_and_regrow_between_builds(mods, cuda_staging):
+    # A row's list is cut and grows past its old length before the next build
+    # (no penalty request in between): no stale ids may survive in any buffer.
+    rng = random.Random(9)
+    batch = Batch(mods, 4, rng, cuda_staging=cuda_staging)
+    for i in range(4):
+        batch.append(i, [rng.randrange(VOCAB) for _ in range(30)])
+    for _ in range(3):  # every staging buffer has seen the rows
+        _check(mods, batch)
+    batch.shrink(1, 5)
+    batch.append(1, [rng.randrange(VOCAB) for _ in range(40)])
+    batch.shrink(2, 0)
+    batch.append(2, [rng.randrange(VOCAB) for _ in range(31)])
+    for _ in range(3):
+        _check(mods, batch)
+        batch.append(3, [rng.randrange(VOCAB)])
+
+
+def test_rows_swapped_and_moved(mods, cuda_staging):
+    # condense()/swap_states(): lists change rows; every row must follow its list.
+    rng = random.Random(10)
+    batch = Batch(mods, 6, rng, cuda_staging=cuda_staging)
+    for i in range(6):
+        batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, 40))])
+    _check(mods, batch)
+    ib = batch.ib
+    with mods.patched.active():
+        ib.swap_states(0, 5)
+    batch.prompts[0], batch.prompts[5] = batch.prompts[5], batch.prompts[0]
+    for _ in range(3):
+        _check(mods, batch)
+        for i in range(6):
+            batch.append(i, [rng.randrange(VOCAB) for _ in range(rng.randint(0, 3))])
