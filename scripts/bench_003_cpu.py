@@ -279,6 +279,12 @@ def bench_think(pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, batch, length, 
     return t_pr, t_pa
 
 
+def _series_hash(pin: str) -> str:
+    from verify.series import series_hash
+
+    return series_hash(pin)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pin", default="0.22.0")
@@ -390,6 +396,9 @@ def main() -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "pin": args.pin,
+        # The build tree's series (the roots are made from it); None for --patched-files runs,
+        # whose overlay records its own hash.
+        "series_hash": None if args.patched_files else _series_hash(args.pin),
         "roots": {
             "pristine": str(pristine.path),
             "patched": str(patched.path),

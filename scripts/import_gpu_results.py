@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from verify import results
+from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results" / "gpu"
 DEVICE_NOTE = "(device run: H100, vLLM offline bundle, see results/gpu/README.md)"
@@ -250,35 +251,11 @@ def micro_003(version: str) -> dict | None:
         "batch": bench["params"]["batch"],
         "device": bench["device"],
         "results": rows,
-        "growth_256_to_12288": {
-            "penalties_pristine": rows[-1]["penalties_pristine_ms"]
-            / rows[0]["penalties_pristine_ms"],
-            "penalties_patched": rows[-1]["penalties_patched_ms"] / rows[0]["penalties_patched_ms"],
-            "think_pristine": rows[-1]["think_pristine_ms"] / rows[0]["think_pristine_ms"],
-            "think_patched": rows[-1]["think_patched_ms"] / rows[0]["think_patched_ms"],
-        },
-        "note": "host time per decode step on the GPU machine's CPU, B=128; the patched penalty "
-        "build still copies B x L ids (it grows with L, 4-14x below pristine); the patched "
-        "think scan is flat",
+        "growth_shortest_to_longest_L": length_growth(rows),
+        "note": "host time per decode step on the GPU machine's CPU",
     }
-    # Rule (issue 8, step 2): the cost grows with L in pristine and stays flat patched, for both
-    # the penalty build and the think scan; "flat" = less than 2x from the shortest to the
-    # longest L, "grows" = more than 4x.
-    growth = numbers["growth_256_to_12288"]
-    flat = {k: growth[f"{k}_patched"] < 2 for k in ("penalties", "think")}
-    grows = all(growth[f"{k}_pristine"] > 4 for k in ("penalties", "think"))
-    ok = grows and all(flat.values())
-    reason = (
-        ""
-        if ok
-        else "; ".join(
-            f"patched {k} cost grows {growth[f'{k}_patched']:.1f}x with L "
-            f"(pristine {growth[f'{k}_pristine']:.1f}x)"
-            for k, is_flat in flat.items()
-            if not is_flat
-        )
-        or "pristine cost does not grow with L"
-    )
+    # Rule (issue 8, step 2): verify.growth (pristine grows > 4x, patched < 2x).
+    ok, reason = length_verdict(rows)
     return _record(
         src, "microbench-gpu-003", "003", "pass" if ok else "fail", numbers, reason, [table]
     )

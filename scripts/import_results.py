@@ -6,7 +6,8 @@ Reads results/cpu/0.22.0/bench_003.json (scripts/bench_003_cpu.py) and
 results/gpu/0.22.0/kernel_001.{json,md} (scripts/gpu_kernel_bench.py) and writes
 microbench-003.json, kernel-001.json and kernel-010.json beside them. Numbers, command, machine
 and date are copied from the originals, never recomputed; so is the series hash, so a run made
-before the patches were integrated shows as "stale" in reports until it is repeated.
+before the patches were integrated shows as "stale" in reports until it is repeated. The 003
+verdict follows verify.growth (pristine cost grows with L, patched stays flat).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 from verify import results
+from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results"
 
@@ -48,13 +50,21 @@ def bench_003() -> None:
         "logx": True,
         "title": "per-step CPU cost vs generated length",
     }
+    ok, reason = length_verdict(rows)
+    numbers = {
+        "batch": data["params"]["batch"],
+        "growth_shortest_to_longest_L": length_growth(rows),
+        "plot": plot,
+        "source": src.name,
+    }
     result = results.make(
-        "microbench-003", "003", "0.22.0", "pass",
-        {"batch": data["params"]["batch"], "plot": plot, "source": src.name},
-        command=data["command"], tables=["\n".join(lines)],
+        "microbench-003", "003", "0.22.0", "pass" if ok else "fail", numbers,
+        command=data["command"], reason=reason, tables=["\n".join(lines)],
     )  # fmt: skip
-    # measured on a scratch tree before the series was integrated: keep that provenance
-    result.update(date=data["date"], machine=data["machine"], series_hash="none")
+    # Provenance of the run: its series ("none": measured before the series was integrated).
+    result.update(
+        date=data["date"], machine=data["machine"], series_hash=data.get("series_hash", "none")
+    )
     results.write(result, "cpu", "microbench-003")
 
 
