@@ -15,14 +15,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-KFILE = Path(__file__).resolve().parents[1] / "scripts" / "kernels" / "split_recovered.py"
+KDIR = Path(__file__).resolve().parents[1] / "scripts" / "kernels"
+# The development kernel and the candidate with the slice reduction fused in.
+KFILES = ["split_recovered.py", "split_recovered_fused.py"]
 
 
-@pytest.fixture(scope="module")
-def kmod():
+@pytest.fixture(scope="module", params=KFILES)
+def kmod(request):
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("needs TRITON_INTERPRET=1 or a GPU")
-    spec = importlib.util.spec_from_file_location("split_recovered", KFILE)
+    kfile = KDIR / request.param
+    spec = importlib.util.spec_from_file_location(kfile.stem, kfile)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -184,3 +187,21 @@ def test_choose_config(kmod):
             assert 1 <= s <= max(1, -(-V // b))
             assert (b, w) in ((1024, 4), (2048, 8))
             assert s == 1 or T * s * w <= 4 * kmod._PROGRAMS_PER_SM * sms
+
+
+def test_fused_counters_reset_between_launches(kmod):
+    # The fused candidate's per-token counters must be back at 0 after every launch, or
+    # the next launch would reduce too early (or never).
+    if not hasattr(kmod, "_counters"):
+        pytest.skip("no counters in this kernel")
+    B, K, V = 3, 2, 100
+    args = _inputs(B, K, V, True, seed=5)
+    cu, draft_ids, draft, target, inv_q = args
+    for s in (2, 5, 3):
+        out = torch.full((B * K,), -1, dtype=torch.int32)
+        kmod.sample_recovered_tokens(
+            out, cu, draft_ids, draft, target, inv_q, K,
+            num_splits=s, split_block_size=16, split_num_warps=1,
+        )  # fmt: skip
+        assert torch.equal(out, _reference(B, K, *args)), s
+        assert int(kmod._counters[target.device][: B * K].abs().sum()) == 0
