@@ -71,3 +71,22 @@ def test_series_that_breaks_on_its_own_pin_is_reported(make_tree, workspace):
     tree.ensure_baseline()
     rows = status.compute(("9.9.0",), other_root / "build", workspace / "patches")
     assert rows[0].cells["9.9.0"].state == "conflicts"
+
+
+def test_port_in_the_other_pins_series_is_named(make_tree, workspace):
+    # The same change carried by both series, rebased: on each other's pin it is "ported".
+    base = make_tree("9.9.0")
+    base.apply()
+    commit_change(base, "vllm/sampler.py", "return x + 1\n", "return x - 1\n", "[Perf] A")
+    base.export()
+    sampler = RELEASE_FILES["vllm/sampler.py"].replace("return x + 1\n", "y = 0\nreturn x + 1\n")
+    other = make_tree("9.9.1", overrides={"vllm/sampler.py": sampler})
+    other.apply()
+    commit_change(other, "vllm/sampler.py", "y = 0\nreturn x + 1\n", "y = 0\nreturn x - 1\n",
+                  "[Perf] A")  # fmt: skip
+    other.export()
+    rows = status.compute(("9.9.0", "9.9.1"), workspace / "build", workspace / "patches")
+    cells = {(r.origin, pin): r.cells[pin].text() for r in rows for pin in ("9.9.0", "9.9.1")}
+    assert cells[("9.9.0", "9.9.1")] == "ported as 9.9.1/0001"
+    assert cells[("9.9.1", "9.9.0")] == "ported as 9.9.0/0001"
+    assert cells[("9.9.0", "9.9.0")] == cells[("9.9.1", "9.9.1")] == "needed"

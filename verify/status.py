@@ -7,6 +7,8 @@ of the pristine tree (``needed`` when it applies). Any other pin gets the patch 
 - ``upstream``: reverse-applies cleanly, i.e. the change is already in the release;
 - ``merged-in X``: not byte-identical, but the patch's metadata says it was merged in X <= pin;
 - ``obsolete``: the metadata says upstream solved it differently from X <= pin;
+- ``ported``: none of the above, but the pin's own series carries a patch with the same
+  subject (a port of the change to that release); the cell names it;
 - ``conflicts``: none of the above; the cell names the file (and line) that failed.
 """
 
@@ -28,7 +30,7 @@ from verify.versions import PINNED, version_key
 
 @dataclass(frozen=True)
 class Cell:
-    state: str  # needed | applies | upstream | merged-in | obsolete | conflicts
+    state: str  # needed | applies | upstream | merged-in | obsolete | ported | conflicts
     detail: str = ""
 
     def text(self) -> str:
@@ -70,7 +72,11 @@ def _where(error: str) -> str:
     return match.group(1) if match else error.splitlines()[-1] if error else "?"
 
 
-def _cell_for_foreign(index: _ScratchIndex, patch: Patch, pin: str) -> Cell:
+def _cell_for_foreign(
+    index: _ScratchIndex, patch: Patch, pin: str, ports: dict[str, str] | None = None
+) -> Cell:
+    """State of `patch` (from another pin's series) on `pin`; `ports` maps the subjects of
+    `pin`'s own series to their patch names."""
     if index.apply(patch.path) is None:
         return Cell("applies")
     if index.apply(patch.path, reverse=True) is None:
@@ -79,6 +85,8 @@ def _cell_for_foreign(index: _ScratchIndex, patch: Patch, pin: str) -> Cell:
         return Cell("merged-in", patch.merged_in)
     if patch.obsolete_in and version_key(pin) >= version_key(patch.obsolete_in):
         return Cell("obsolete", f"(from {patch.obsolete_in})")
+    if ports and patch.subject in ports:
+        return Cell("ported", f"as {pin}/{ports[patch.subject]}")
     return Cell("conflicts", _where(index.apply(patch.path) or ""))
 
 
@@ -106,6 +114,7 @@ def compute(
                 else:
                     in_series[(pin, patch.name)] = Cell("conflicts", _where(error))
                     broken = patch.name
+        ports = {pin: {p.subject: p.name[:4] for p in patches} for pin, patches in series.items()}
         for origin, patches in series.items():
             for patch in patches:
                 cells = {}
@@ -114,7 +123,7 @@ def compute(
                         cells[pin] = in_series[(pin, patch.name)]
                     else:
                         cells[pin] = _cell_for_foreign(
-                            _ScratchIndex(trees[pin], Path(tmp)), patch, pin
+                            _ScratchIndex(trees[pin], Path(tmp)), patch, pin, ports[pin]
                         )
                 rows.append(Row(origin, patch.name, patch.subject, patch.status, cells))
     return rows
