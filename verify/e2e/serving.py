@@ -299,8 +299,22 @@ def parse_bench(path: Path) -> dict[str, float]:
     return out
 
 
+#: A round whose value is below this fraction of the metric's largest round measured nothing
+#: (e.g. a median ITL of 0.002 ms when stream chunks arrive in bursts on the CPU server).
+DEGENERATE_FRACTION = 0.01
+
+
 def ratio_ci(a: list[float], b: list[float]) -> dict:
-    """Paired ratios b_i/a_i (interleaved repeats): mean and a 95% t interval."""
+    """Paired ratios b_i/a_i (interleaved repeats): mean and a 95% t interval. No ratio when
+    a round is degenerate (see DEGENERATE_FRACTION): one ~0 denominator would dominate it."""
+    values = [*a, *b]
+    if values and min(values) < DEGENERATE_FRACTION * max(values):
+        return {
+            "ratio": None,
+            "ci95": [None, None],
+            "n": len(a),
+            "degenerate": f"a round measured {min(values):.3g} against up to {max(values):.3g}",
+        }
     ratios = [y / x for x, y in zip(a, b, strict=True) if x]
     n = len(ratios)
     mean = statistics.fmean(ratios) if ratios else float("nan")
@@ -375,9 +389,9 @@ def table(summary: dict) -> str:
     for m, s in summary.items():
         lo, hi = s["ci95"]
         ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else "n/a"
+        ratio = f"{s['ratio']:.3f}" if s["ratio"] is not None else "n/a (a round measured ~0)"
         rows.append(
-            f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | "
-            f"{s['ratio']:.3f} | {ci} |"
+            f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | {ratio} | {ci} |"
         )
     return "\n".join(rows)
 
