@@ -1,26 +1,29 @@
 """GPU check for seed 003: OutputTokensTensorBuilder's pinned, double-buffered CUDA staging.
 
-The CPU equivalence tests cannot reach the CUDA branch (pinned staging buffers, two of them,
-a copy-done event per buffer). This script takes the class from the staged patch (its text
-is entirely added lines of vllm/v1/sample/ops/penalties.py, so no vLLM install is needed),
-and on a CUDA device:
+The CPU equivalence tests drive the CUDA branch with a host stand-in for the copy and its
+events; only a GPU shows whether a staging buffer is refilled while its H2D copy is still
+queued. This script takes the builder classes (OutputTokensTensorBuilder and, from patch 0007
+on, _StagingRows) out of the patched vllm/v1/sample/ops/penalties.py with `ast` (no vLLM
+install needed), and on a CUDA device:
 
 1. stress: many builds in a row without host synchronization while a large matmul keeps the
-   stream busy, so H2D copies are still queued when the host refills staging buffers; every
-   device tensor must equal the reference built from the Python lists at that step
-   (upstream semantics: pad = vocab_size, -1 -> vocab_size);
+   stream busy, so H2D copies are still queued when the host refills staging buffers; rows
+   grow (with -1 placeholders), are truncated (rejection / KV-load discard, reported through
+   `invalidate` when the builder has it) and swap places; every device tensor must equal the
+   reference built from the Python lists at that step (pad = vocab_size, -1 -> vocab_size);
 2. control: the same stress with the copy-done events disabled must show corruption, which
    proves that the stress test can see a race;
 3. timing: per-step host time of the upstream list path (a reimplementation of
    make_tensor_with_pad + pin + non_blocking H2D + masked_fill_) vs the builder, B=128.
 
-Usage: python3 scripts/gpu_check_003_staging.py [--patch staging/003/0.22.0/0001-*.patch]
+Usage: python3 scripts/gpu_check_003_staging.py
+           [--penalties .gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py] [--out F]
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
+import ast
 import json
 import statistics
 import sys
@@ -32,17 +35,21 @@ import torch
 VOCAB = 151_936
 
 
-def load_builder(patch_path: str):
-    text = open(patch_path).read()
-    section = text.split("diff --git a/vllm/v1/sample/ops/penalties.py", 1)[1]
-    section = section.split("\ndiff --git ", 1)[0]
-    added = [
-        ln[1:] for ln in section.splitlines() if ln.startswith("+") and not ln.startswith("+++")
+DEFAULT_PENALTIES = ".gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py"
+BUILDER_CLASSES = ("OutputTokensTensorBuilder", "_StagingRows")
+
+
+def load_builder(path: str):
+    """The builder classes of a patched penalties.py, executed without the rest of vLLM."""
+    text = open(path).read()
+    nodes = [
+        n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name in BUILDER_CLASSES
     ]
-    src = "\n".join(added)
-    src = src[src.index("class OutputTokensTensorBuilder") :]
+    if not any(n.name == "OutputTokensTensorBuilder" for n in nodes):
+        raise SystemExit(f"{path} has no OutputTokensTensorBuilder (not the patched file?)")
+    src = "\n\n".join(ast.get_source_segment(text, n) for n in nodes)
     ns = {"np": np, "torch": torch}
-    exec(compile("from __future__ import annotations\n" + src, "builder", "exec"), ns)
+    exec(compile("from __future__ import annotations\n" + src, path, "exec"), ns)
     return ns["OutputTokensTensorBuilder"]
 
 
@@ -76,6 +83,32 @@ class Batch:
             self.append()
         self.builder = builder_cls(self.tok, self.prompt, self.ntok, self.outputs, device, True)
 
+    def invalidate(self, i: int) -> None:
+        """What InputBatch.add_request / the KV-load discard report (patch 0007 on)."""
+        hook = getattr(self.builder, "invalidate", None)
+        if hook is not None:
+            hook(i)
+
+    def shrink(self, i: int, drop: int) -> None:
+        keep = max(0, len(self.outputs[i]) - drop)
+        del self.outputs[i][keep:]
+        self.ntok[i] = self.prompt[i] + keep
+        self.invalidate(i)
+
+    def swap(self, i: int, j: int) -> None:
+        """InputBatch.swap_states: lists and token rows change places."""
+        self.outputs[i], self.outputs[j] = self.outputs[j], self.outputs[i]
+        self.tok[[i, j]] = self.tok[[j, i]]
+        self.prompt[[i, j]] = self.prompt[[j, i]]
+        self.ntok[[i, j]] = self.ntok[[j, i]]
+
+    def append_row(self, i: int) -> None:
+        t = int(self.rng.integers(0, VOCAB))
+        pos = int(self.ntok[i])
+        self.tok[i, pos] = t
+        self.ntok[i] = pos + 1
+        self.outputs[i].append(t)
+
     def append(self, placeholder_frac=0.0):
         new = self.rng.integers(0, VOCAB, len(self.outputs))
         new[self.rng.random(len(new)) < placeholder_frac] = -1
@@ -92,21 +125,24 @@ def stress(builder_cls, device, steps, disable_events=False):
     if disable_events:
         orig = batch.builder._get_staging
 
-        def no_wait(num_reqs, max_len):
+        def no_wait(*args):
             batch.builder._copy_done = [None] * len(batch.builder._copy_done)
-            return orig(num_reqs, max_len)
+            return orig(*args)
 
         batch.builder._get_staging = no_wait
-    assert all(b is None for b in batch.builder._buffers)
     a = torch.randn(8192, 8192, device=device)
     outs, refs = [], []
     for step in range(steps):
         batch.append(placeholder_frac=0.05)
         if step % 7 == 0:  # rejection-like shrink of a few rows
             for i in range(0, 64, 9):
-                keep = len(batch.outputs[i]) - 3
-                del batch.outputs[i][keep:]
-                batch.ntok[i] = batch.prompt[i] + keep
+                batch.shrink(i, 3)
+        if step % 11 == 5:  # KV-load discard, then the row grows back before the next build
+            batch.shrink(3, 40)
+            for _ in range(45):
+                batch.append_row(3)
+        if step % 13 == 6:  # condense / reorder
+            batch.swap(1, 62)
         for _ in range(3):
             a = a @ a  # keep the stream busy so the H2D copies queue up
             a = a / a.norm()
@@ -116,7 +152,8 @@ def stress(builder_cls, device, steps, disable_events=False):
         refs.append(reference(batch.outputs))
     torch.cuda.synchronize()
     bad = sum(not torch.equal(o.cpu(), r) for o, r in zip(outs, refs, strict=True))
-    pinned = all(b is None or b.is_pinned() for b in batch.builder._buffers)
+    staging = [getattr(b, "tokens", b) for b in batch.builder._buffers]
+    pinned = all(t is None or t.is_pinned() for t in staging)
     return {
         "steps": steps,
         "mismatched_steps": bad,
@@ -151,13 +188,17 @@ def timing(builder_cls, device, lengths, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--patch", default=None)
+    ap.add_argument("--penalties", default=DEFAULT_PENALTIES, help="patched penalties.py")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    patch = args.patch or sorted(glob.glob("staging/003/0.22.0/*.patch"))[0]
-    builder_cls = load_builder(patch)
+    builder_cls = load_builder(args.penalties)
     device = torch.device("cuda")
-    result = {"patch": patch, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+    result = {
+        "command": " ".join(["python3", *sys.argv]),
+        "penalties": args.penalties,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(),
+    }
     result["stress"] = stress(builder_cls, device, 200)
     print("stress:", result["stress"], flush=True)
     result["control_no_events"] = stress(builder_cls, device, 200, disable_events=True)
@@ -166,7 +207,11 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
-    ok = result["stress"]["mismatched_steps"] == 0 and result["stress"]["staging_pinned"]
+    ok = (
+        result["stress"]["mismatched_steps"] == 0
+        and result["stress"]["staging_pinned"]
+        and result["control_no_events"]["mismatched_steps"] > 0
+    )
     print("OK" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -867,6 +867,15 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
             str(out / "micro-000.json"),
         ],
     }
+    # 003's double-buffered CUDA staging under a busy stream (race check with a control)
+    jobs["003-staging"] = [
+        sys.executable,
+        str(scripts / "gpu_check_003_staging.py"),
+        "--penalties",
+        str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
+        "--out",
+        str(out / "gpu_check_003_staging.json"),
+    ]
     if roots_018:
         jobs["002"] = [
             sys.executable,
@@ -1004,7 +1013,8 @@ STEPS["spec-ngram"] = {
 OTHER_STEPS = {
     "upstream-tests": "step 6: pytest, pristine vs patched",
     "serve-bench": "step 7 (+ gsm8k identity; lm_eval with --lmeval-site)",
-    "micro": "microbenchmarks: 003 host build vs L, 000 sampler call, 002 pooling (0.18.1)",
+    "micro": "microbenchmarks: 003 host build vs L, 000 sampler call, 002 pooling (0.18.1); "
+    "003 staging race check",
     "gsm8k-lmeval": "step 7's servers without the bench: gsm8k identity (+ lm_eval)",
 }
 

@@ -261,6 +261,38 @@ def micro_003(version: str) -> dict | None:
     )
 
 
+def staging_003(version: str) -> dict | None:
+    """The micro step's race check of 003's double-buffered CUDA staging."""
+    check = _load(version, "gpu_check_003_staging")
+    meta = _load(version, "micro")
+    # Only runs made by the micro step (they name the patched file they loaded); the file of
+    # session 2 checked a pre-series staging patch outside any series and stays unimported.
+    if not check or not meta or "penalties" not in check:
+        return None
+    src = {**meta, "command": check["command"]}
+    stress, control = check["stress"], check["control_no_events"]
+    numbers = {"stress": stress, "control_no_events": control, "timing_B128": check["timing_B128"]}
+    # Rule: every build under a busy stream equals the list reference, the staging is pinned,
+    # and the control (copy-done events disabled) shows corruption, so the check can see a race.
+    ok = stress["mismatched_steps"] == 0 and stress["staging_pinned"]
+    sees_races = control["mismatched_steps"] > 0
+    reason = (
+        ""
+        if ok and sees_races
+        else f"{stress['mismatched_steps']} of {stress['steps']} builds differ"
+        if not ok
+        else "the control saw no race: the stress test proves nothing"
+    )
+    return _record(
+        src,
+        "equivalence-gpu-003-staging",
+        "003",
+        "pass" if ok and sees_races else "fail",
+        numbers,
+        reason,
+    )
+
+
 def micro_002() -> dict | None:
     src = _load("0.18.1", "micro-002")
     if not src or "results" not in src:
@@ -535,6 +567,7 @@ def main() -> int:
         spec_ngram(args.version),
         micro_000(args.version),
         micro_003(args.version),
+        staging_003(args.version),
         micro_002() if args.version == "0.22.0" else None,
     ]
     for result in filter(None, made):

@@ -172,3 +172,26 @@ def test_micro_003_patched_cost_must_stay_flat(mod, tmp_path, patched_pen_long, 
     assert rec["outcome"] == outcome
     if outcome == "fail":
         assert "penalties" in rec["reason"] and "think" not in rec["reason"]
+
+
+def _staging(mismatched: int, control: int) -> dict:
+    run = {"steps": 200, "staging_pinned": True, "num_buffers": 2}
+    return {
+        "command": "python3 scripts/gpu_check_003_staging.py",
+        "penalties": ".gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py",
+        "stress": {**run, "mismatched_steps": mismatched},
+        "control_no_events": {**run, "mismatched_steps": control},
+        "timing_B128": [],
+    }
+
+
+def test_staging_check_needs_a_clean_stress_and_a_control_that_sees_races(mod, tmp_path):
+    _write(tmp_path, "micro", {"step": "micro"})
+    _write(tmp_path, "gpu_check_003_staging", _staging(0, 196))
+    rec = mod.staging_003("0.22.0")
+    assert rec["step"] == "equivalence-gpu-003-staging" and rec["outcome"] == "pass"
+    _write(tmp_path, "gpu_check_003_staging", _staging(3, 196))
+    assert mod.staging_003("0.22.0")["outcome"] == "fail"
+    _write(tmp_path, "gpu_check_003_staging", _staging(0, 0))
+    rec = mod.staging_003("0.22.0")
+    assert rec["outcome"] == "fail" and "control" in rec["reason"]
