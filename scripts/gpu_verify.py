@@ -925,17 +925,18 @@ STEPS: dict[str, dict] = {
             "penalties": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95, **PENALTIES}},
         },
     },
-    # step 2 "and beyond": L=8192. B=32 so that both engines' KV caches (0.45 of the GPU each,
-    # about 280k tokens of the 0.6B shape) hold every sequence without preemption.
+    # step 2 "and beyond": 32 prompt + 8160 output tokens fill the model's 8192 positions.
+    # B=32 so that both engines' KV caches (0.45 of the GPU each, about 280k tokens of the
+    # 0.6B shape) hold every sequence without preemption.
     "penalties-v1-long": {
         "seed": "003",
         "env": V1,
         "variants": ["pristine", "patched"],
         "repeats": 1,
-        "engine": {"max_model_len": 8192 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 32},
+        "engine": {"max_model_len": 8192, "gpu_memory_utilization": 0.45, "max_num_seqs": 32},
         "configs": {
-            "plain": {"batch": 32, "output_len": 8192, "params": {"top_p": 0.95}},
-            "penalties": {"batch": 32, "output_len": 8192, "params": {"top_p": 0.95, **PENALTIES}},
+            "plain": {"batch": 32, "output_len": 8160, "params": {"top_p": 0.95}},
+            "penalties": {"batch": 32, "output_len": 8160, "params": {"top_p": 0.95, **PENALTIES}},
         },
     },
     # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
