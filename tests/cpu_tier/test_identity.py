@@ -114,3 +114,20 @@ def test_changed_inputs_are_reported_as_such():
     a = {"greedy-0": {**_req([1], [-0.1]), "prompt": "p", "params": {"temperature": 0}}}
     b = {"greedy-0": {**_req([2], [-0.1]), "prompt": "q", "params": {"temperature": 0}}}
     assert compare_generations(a, b)[0]["what"].startswith("inputs differ")
+
+
+def test_worker_batches_give_every_sampled_row_a_generator():
+    # vLLM 0.22.0's forward_cpu uses the global RNG for a batch with any row lacking a
+    # generator: sampled requests must not share a generate call with greedy ones.
+    from verify.e2e import worker
+
+    reqs = worker.requests(max_tokens=8, n_prompts=4)
+    sampled, greedy = worker._batches(reqs)
+    assert all("seed" in reqs[i][2] and reqs[i][2]["temperature"] > 0 for i in sampled)
+    assert all(reqs[i][2]["temperature"] == 0.0 for i in greedy)
+    assert sorted(sampled + greedy) == list(range(len(reqs)))
+    # Each batch still mixes penalties, thinking budgets and plain requests.
+    for batch in (sampled, greedy):
+        kinds = {reqs[i][0].rsplit("-", 1)[0] for i in batch}
+        assert any(k.startswith("penalties") for k in kinds)
+        assert any(not k.startswith("penalties") for k in kinds)
