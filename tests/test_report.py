@@ -84,3 +84,20 @@ def test_not_run_on_cpu_marker_covers_cpu_e2e_columns():
     grouped = report.results_for(patch, found)
     for key in report.CPU_E2E_STEPS:
         assert report.verdict(grouped[key]) == "not run", key
+
+
+def test_sections_end_only_at_a_label():
+    body = (
+        "Why: the build still copies B x L ids, so its host time\n"
+        "grows with the generated length L: 0.39 ms at L=256.\n\n"
+        "How: copy only new positions.\n\n"
+        "Future plan: fold it into 0004."
+    )
+    assert report._section(body, "Why").endswith("L: 0.39 ms at L=256.")
+    assert report._section(body, "How") == "copy only new positions."
+
+
+def test_machine_name_of_cpu_and_gpu_records():
+    assert report._machine_name({"cpu": "AMD EPYC", "gpu": None}) == "AMD EPYC"
+    assert report._machine_name({"cpu_model": "AMD EPYC", "cpu_count": 2}) == "AMD EPYC"
+    assert report._machine_name({"cpu": "x", "gpu": "NVIDIA H100 80GB HBM3"}).startswith("NVIDIA")

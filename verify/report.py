@@ -95,9 +95,19 @@ def _numbers_table(numbers: dict[str, Any]) -> str:
     return "| metric | value |\n|---|---|\n" + "\n".join(rows) if rows else ""
 
 
+#: Paragraph labels of a patch message (vllm-ascend style); a section runs to the next label,
+#: so a wrapped line that happens to start with "words:" does not end it.
+SECTION_LABELS = ("Why", "How", "Future plan", "Related PR")
+
+
 def _section(body: str, name: str) -> str:
-    match = re.search(rf"^{name}:\s*(.*?)(?=^\w[\w -]*:\s|\Z)", body, re.S | re.M)
+    labels = "|".join(re.escape(label) for label in SECTION_LABELS)
+    match = re.search(rf"^{name}:\s*(.*?)(?=^(?:{labels}):\s|\Z)", body, re.S | re.M)
     return match.group(1).strip() if match else ""
+
+
+def _machine_name(machine: dict[str, Any]) -> str:
+    return machine.get("gpu") or machine.get("cpu") or machine.get("cpu_model") or "?"
 
 
 def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: Path) -> str:
@@ -106,6 +116,7 @@ def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: P
     body_wo_trailers = patch.body.rsplit("\n\n", 1)[0]
     why = _section(body_wo_trailers, "Why") or body_wo_trailers
     how = _section(body_wo_trailers, "How")
+    why, how = (text[:1].upper() + text[1:] for text in (why, how))
     lines = [
         f"# {patch.subject}",
         "",
@@ -130,9 +141,7 @@ def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: P
     for prefix, title in STEPS:
         entries = grouped[prefix]
         state = verdict(entries, series_hash(version, patches_root))
-        machine = ", ".join(
-            sorted({e["machine"].get("gpu") or e["machine"].get("cpu", "?") for e in entries})
-        )
+        machine = ", ".join(sorted({_machine_name(e["machine"]) for e in entries}))
         dates = ", ".join(sorted({e.get("date", "")[:10] for e in entries}))
         lines.append(f"| {title} | {state} | {machine or '-'} | {dates or '-'} |")
     lines.append("")
