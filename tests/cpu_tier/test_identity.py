@@ -108,6 +108,8 @@ def test_broken_patch_fails_token_identity(tmp_path, monkeypatch):
     # Rows without penalties change too: in a batch with penalties the op runs on every row,
     # and their repetition penalty 1.0 becomes 2.0.
     assert any(name.startswith("penalties") for name in differing), differing
+    # The control rerun of pristine matches the first run: the difference is the patch's.
+    assert result["numbers"]["pristine_rerun_differing"] == []
 
 
 def test_changed_inputs_are_reported_as_such():

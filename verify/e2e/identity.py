@@ -87,14 +87,20 @@ def token_identity(ctx: Context, *, max_tokens: int = 256, prompts: int = 4) -> 
         say(f"token identity FAILED: {len(diffs)} of {len(reqs_a)} requests differ: {names}")
         for d in diffs:
             say(f"  {d}")
-        write_result(
-            ctx,
-            "e2e-token-identity",
-            "series",
-            "fail",
-            numbers,
-            reason=f"{len(diffs)} of {len(reqs_a)} requests differ: {names}",
-        )
+        # Control: pristine once more. If it differs from itself, the difference comes from
+        # the harness or vLLM (nondeterminism), not from the series.
+        say("control: running pristine again to tell a patch effect from nondeterminism")
+        rerun = run_worker(ctx, "pristine", "generate", work / "pristine-rerun.json", *extra)
+        unstable = [d["request"] for d in compare_generations(reqs_a, rerun["requests"])]
+        numbers["pristine_rerun_differing"] = unstable
+        reason = f"{len(diffs)} of {len(reqs_a)} requests differ: {names}"
+        if unstable:
+            reason += (
+                f"; pristine also differs from itself on {len(unstable)} request(s) "
+                f"({', '.join(unstable)}): nondeterministic run, not (only) the series"
+            )
+        say(f"token identity: {reason}")
+        write_result(ctx, "e2e-token-identity", "series", "fail", numbers, reason=reason)
         return False
     say(
         f"token identity: {len(reqs_a)} requests x {max_tokens} tokens identical "
