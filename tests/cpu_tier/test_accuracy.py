@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,3 +48,70 @@ def test_load_pairs_samples_by_doc_and_filter(tmp_path):
         (0, "strict-match"),
         (1, "strict-match"),
     ]
+
+
+def _fake_lm_eval(answers: dict[str, list[str]]):
+    """subprocess.run stand-in for lm_eval: writes results and samples for the server named in
+    the command's base_url; `answers[url]` holds one response list per call, in call order."""
+    calls: list[str] = []
+
+    def run(cmd, **kwargs):
+        url = next(a for a in cmd if a.startswith("base_url=")).split(",")[0][9:]
+        url = url.removesuffix("/v1/completions")
+        resps = answers[url][sum(1 for c in calls if c == url)]
+        calls.append(url)
+        out = accuracy.Path(cmd[cmd.index("--output_path") + 1]) / "tiny"
+        out.mkdir(parents=True, exist_ok=True)
+        res = {"results": {"gsm8k_local": {"exact_match,strict-match": 0.0}}}
+        (out / "results_1.json").write_text(json.dumps(res))
+        rows = [
+            {"doc_id": i, "filter": "strict-match", "resps": [[r]], "filtered_resps": [r]}
+            for i, r in enumerate(resps)
+        ]
+        (out / "samples_gsm8k_local_1.jsonl").write_text("\n".join(map(json.dumps, rows)))
+        return accuracy.subprocess.CompletedProcess(cmd, 0)
+
+    return run, calls
+
+
+@pytest.fixture
+def gsm8k_ctx(tmp_path, monkeypatch):
+    """A Context with a stand-in runtime, local gsm8k data and temp cache/results dirs."""
+    from verify.e2e.common import Context
+
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    monkeypatch.setenv("PATCHBENCH_GSM8K_DIR", str(data))
+    monkeypatch.setenv("PATCHBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path / "results"))
+    rt = SimpleNamespace(python="python", venv="v", series=None, overlay=None, env=lambda r: {})
+    return Context(version="0.22.0", runtime=rt, model=tmp_path / "m")
+
+
+SERVERS = {"pristine": SimpleNamespace(url="http://p"), "patched": SimpleNamespace(url="http://q")}
+
+
+@pytest.mark.parametrize("stable", [True, False], ids=["stable-pristine", "unstable-pristine"])
+def test_gsm8k_difference_runs_a_pristine_control(gsm8k_ctx, tmp_path, monkeypatch, stable):
+    pristine = ["a", "b", "c"]
+    answers = {
+        "http://p": [pristine, pristine if stable else ["a", "x", "c"]],
+        "http://q": [["a", "b", "z"]],
+    }
+    run, calls = _fake_lm_eval(answers)
+    monkeypatch.setattr(accuracy.subprocess, "run", run)
+    assert accuracy.gsm8k(gsm8k_ctx, limit=3, servers=SERVERS) is False
+    assert calls == ["http://p", "http://q", "http://p"]  # the control reran pristine
+    rec = json.loads((tmp_path / "results/cpu/0.22.0/e2e-gsm8k.json").read_text())
+    assert rec["numbers"]["differing_doc_ids"] == [2]
+    assert rec["numbers"]["pristine_rerun_differing_doc_ids"] == ([] if stable else [1])
+    assert ("pristine also differs from itself" in rec["reason"]) is not stable
+
+
+def test_gsm8k_identical_needs_no_control(gsm8k_ctx, monkeypatch):
+    run, calls = _fake_lm_eval({"http://p": [["a", "b"]], "http://q": [["a", "b"]]})
+    monkeypatch.setattr(accuracy.subprocess, "run", run)
+    assert accuracy.gsm8k(gsm8k_ctx, limit=2, servers=SERVERS) is True
+    assert calls == ["http://p", "http://q"]

@@ -171,11 +171,12 @@ def gsm8k(
     with contextlib.ExitStack() as stack:
         if servers is None:
             servers = stack.enter_context(ab_servers(ctx, work, health_timeout))
-        for root in ("pristine", "patched"):
-            out = work / f"lm_eval-{root}"
+
+        def run(root: str, name: str) -> None:
+            out = work / f"lm_eval-{name}"
             cmd = lm_eval_cmd(ctx, servers[root].url, tasks, out, limit)
-            log = work / f"lm_eval-{root}.log"
-            say(f"lm_eval ({root}) -> {log}")
+            log = work / f"lm_eval-{name}.log"
+            say(f"lm_eval ({name}) -> {log}")
             t0 = time.monotonic()
             env = {**ctx.runtime.env("pristine"), "HF_DATASETS_CACHE": str(work / "hf-datasets")}
             with open(log, "w") as fh:
@@ -183,11 +184,19 @@ def gsm8k(
                     cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=3000, cwd=work
                 )
             if proc.returncode:
-                raise PatchbenchError(f"lm_eval failed ({root}); log tail:\n{log_tail(log)}")
-            timing[root] = round(time.monotonic() - t0, 1)
-            scores[root], samples[root] = _load(out)
+                raise PatchbenchError(f"lm_eval failed ({name}); log tail:\n{log_tail(log)}")
+            timing[name] = round(time.monotonic() - t0, 1)
+            scores[name], samples[name] = _load(out)
+
+        for root in ("pristine", "patched"):
+            run(root, root)
+        differing = differing_docs(samples["pristine"], samples["patched"])
+        if differing:
+            # Control: pristine once more, to tell a patch effect from nondeterminism (e.g.
+            # batch composition under concurrent requests).
+            say("control: lm_eval against pristine again")
+            run("pristine", "pristine-rerun")
     keys = [k for k in scores["pristine"] if k.startswith("exact_match")]
-    differing = differing_docs(samples["pristine"], samples["patched"])
     equal_scores = all(scores["pristine"][k] == scores["patched"][k] for k in keys)
     numbers = {
         "limit": limit,
@@ -208,6 +217,14 @@ def gsm8k(
             f"{len(differing)} of {len(samples['pristine'])} responses differ"
             f"{'' if equal_scores else ' and the scores differ'}"
         )
+        if "pristine-rerun" in samples:
+            unstable = differing_docs(samples["pristine"], samples["pristine-rerun"])
+            numbers["pristine_rerun_differing_doc_ids"] = unstable
+            if unstable:
+                reason += (
+                    f"; pristine also differs from itself on {len(unstable)} doc(s): "
+                    "nondeterministic run, not (only) the series"
+                )
         write_result(ctx, "e2e-gsm8k", "series", "fail", numbers, reason=reason)
         return False
     write_result(ctx, "e2e-gsm8k", "series", "pass", numbers)
