@@ -121,7 +121,9 @@ class Batch:
 
 def stress(builder_cls, device, steps, disable_events=False):
     rng = np.random.default_rng(1)
-    batch = Batch(builder_cls, 64, 300, device, rng, width=64 + 300 + steps + 8)
+    # Row 3 nets +5 tokens at every discard-and-regrow (step % 11 == 5) on top of one per step.
+    width = 64 + 300 + steps + 5 * (steps // 11 + 1) + 8
+    batch = Batch(builder_cls, 64, 300, device, rng, width=width)
     if disable_events:
         orig = batch.builder._get_staging
 
