@@ -427,7 +427,8 @@ def main() -> int:
             "vocab_size": VOCAB,
             "lengths": lengths,
             "torch_threads": torch.get_num_threads(),
-            "statistic": "median over timed steps (at least 8; *_mean_ms: mean incl. staging reallocations), one token appended per request per step",
+            "statistic": "median over timed steps (at least 8; *_mean_ms: mean incl. staging "
+            "reallocations), one token appended per request per step",
             "penalties_timed": "output-token tensor build incl. -1 -> pad mapping, host time"
             + ("" if DEVICE.type == "cpu" else "; *_done_ms: until the device copy is done"),
             "think_timed": "ThinkingBudgetStateHolder.update_state, all requests thinking",
