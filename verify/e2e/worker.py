@@ -112,7 +112,6 @@ def _batches(reqs: list) -> list[list[int]]:
 
 
 def generate(args) -> dict:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     reqs = requests(args.max_tokens, args.prompts)
@@ -198,6 +197,9 @@ def main() -> int:
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     args = parser.parse_args()
+    if args.mode == "generate":
+        # Before vLLM is imported (see DETERMINISM): the engine core runs in this process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import vllm
 
     data = generate(args) if args.mode == "generate" else embed(args)
