@@ -66,6 +66,17 @@ def _attr_row(name: str, variant: str, a: dict | None) -> str:
     )
 
 
+def _round_attr_rows(src: dict, config: str, variants: dict[str, str]) -> list[str]:
+    """One attribution row per round and variant (the summary keeps only the first round,
+    which can carry first-use costs of a freshly started engine)."""
+    return [
+        _attr_row(f"{config} r{r['repeat']}", label, r.get("attribution"))
+        for r in sorted(src["rounds"], key=lambda r: (r["repeat"], r["variant"]))
+        for variant, label in variants.items()
+        if r["config"] == config and r["variant"] == variant
+    ]
+
+
 ATTR_HEADER = (
     "| workload | variant | sample_tokens p50 ms | p99 | readiness wait p50 | p99 "
     "| compute p50 | p99 | get_output wait p99 |\n|---|---|---|---|---|---|---|---|---|"
@@ -138,8 +149,8 @@ def penalties(version: str, step: str = "penalties-v1") -> dict | None:
     attr = "\n".join(
         [
             ATTR_HEADER,
-            _attr_row("plain", "patched", p["patched"]["attribution"]),
-            _attr_row("penalties", "patched", q["patched"]["attribution"]),
+            *_round_attr_rows(src, "plain", {"patched": "patched"}),
+            *_round_attr_rows(src, "penalties", {"patched": "patched"}),
         ]
     )
     # Rule: tokens identical in both configs, and the patched penalty cost within 5 % on the
@@ -361,20 +372,27 @@ def attribution(version: str) -> dict | None:
     src = _load(version, "attribution")
     if not src or "summary" not in src:
         return None
+    labels = {"only-0005": "pristine+004 timers", "patched": "full series"}
     rows, numbers = [ATTR_HEADER], {}
     for config, entry in src["summary"].items():
-        for variant in ("only-0005", "patched"):
-            a = entry[variant]["attribution"]
-            rows.append(
-                _attr_row(
-                    config, "pristine+004 timers" if variant == "only-0005" else "full series", a
-                )
-            )
-            if a:
-                key = f"{config}_{'pristine' if variant == 'only-0005' else 'patched'}"
-                numbers[f"{key}_sample_tokens_p99_ms"] = a["sample_tokens_p99_ms"]
-                numbers[f"{key}_ready_wait_p99_ms"] = a["ready_wait_p99_ms"]
-                numbers[f"{key}_p99_tail_wait_share"] = a["p99_tail_wait_share"]
+        rows += _round_attr_rows(src, config, labels)
+        for variant in labels:
+            # Per round (in repeat order): the rounds of one run can differ a lot.
+            per_round = [
+                r["attribution"]
+                for r in sorted(src["rounds"], key=lambda r: r["repeat"])
+                if r["config"] == config and r["variant"] == variant and r.get("attribution")
+            ]
+            key = f"{config}_{'pristine' if variant == 'only-0005' else 'patched'}"
+            for field in (
+                "sample_tokens_p50_ms",
+                "sample_tokens_p99_ms",
+                "ready_wait_p99_ms",
+                "p99_tail_wait_share",
+            ):
+                numbers[f"{key}_{field.removesuffix('_ms')}_per_round"] = [
+                    a[field] for a in per_round
+                ]
         numbers[f"{config}_tokens_identical"] = entry["outputs_identical"]
     ok = all(e["outputs_identical"] for e in src["summary"].values())
     return _record(
