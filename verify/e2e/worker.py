@@ -133,6 +133,7 @@ def generate(args) -> dict:
         for i, out in zip(batch, llm.generate(prompts, params, use_tqdm=False), strict=True):
             outs[i] = out
     gen_s = time.monotonic() - started
+    _shutdown(llm)
     results = {}
     total = 0
     for (name, prompt, kw), out in zip(reqs, outs, strict=True):
@@ -177,6 +178,7 @@ def embed(args) -> dict:
     started = time.monotonic()
     outs = llm.embed(texts, use_tqdm=False)
     embed_s = time.monotonic() - started
+    _shutdown(llm)
     vectors = [list(map(float, o.outputs.embedding)) for o in outs]
     return {
         "vectors": vectors,
@@ -185,6 +187,15 @@ def embed(args) -> dict:
         "n": len(texts),
         "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
     }
+
+
+def _shutdown(llm) -> None:
+    """Stops the engine core while the interpreter is whole (left to interpreter teardown, the
+    multiprocess engine sometimes aborts the worker: 'terminate called without an active exception',
+    exit -6, after the results were written)."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
 
 
 def main() -> int:
@@ -214,4 +225,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The result file is closed; skip interpreter teardown, where C++ threads of torch / the engine
+    # client can abort the process (exit -6) and fail a run whose results are complete.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
