@@ -272,6 +272,38 @@ def micro_003(version: str) -> dict | None:
     )
 
 
+def micro_003_apply(version: str) -> dict | None:
+    """0008: dense vs sparse penalty math on the GPU (scripts/bench_penalties_apply.py)."""
+    bench = _load(version, "micro-003-apply")
+    meta = _load(version, "micro")
+    if not bench or not meta:
+        return None
+    src = {**meta, "command": bench["command"], "date": bench["date"]}
+    p = bench["params"]
+    rows = bench["results"]
+    table = "\n".join(
+        [
+            "| L | dense ms | sparse ms | dense / sparse | results equal |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['L']} | {r['dense_ms']:.3f} | {r['sparse_ms']:.3f} "
+                f"| {r['ratio_median_of_steps']:.2f}x | {r['equal']} |"
+                for r in rows
+            ),
+        ]
+    )
+    # Rule: equal results everywhere, and the sparse path not slower (median of per-step
+    # ratios >= 1) at every L the patch sends to it (prompt + output ids <= vocab / 12).
+    limit = p["vocab_size"] // 12 - p["prompt_len"]
+    chosen = [r for r in rows if r["L"] <= limit]
+    ok = all(r["equal"] for r in rows) and all(r["ratio_median_of_steps"] >= 1 for r in chosen)
+    reason = "" if ok else "a result differs, or the sparse path is slower where it is chosen"
+    numbers = {**p, "results": rows, "sparse_chosen_up_to_L": limit}
+    return _record(
+        src, "microbench-gpu-003-apply", "003", "pass" if ok else "fail", numbers, reason, [table]
+    )
+
+
 def staging_003(version: str) -> dict | None:
     """The micro step's race check of 003's double-buffered CUDA staging."""
     check = _load(version, "gpu_check_003_staging")
@@ -585,6 +617,7 @@ def main() -> int:
         spec_ngram(args.version),
         micro_000(args.version),
         micro_003(args.version),
+        micro_003_apply(args.version),
         staging_003(args.version),
         micro_002() if args.version == "0.22.0" else None,
     ]
