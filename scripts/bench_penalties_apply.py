@@ -159,7 +159,7 @@ def main() -> int:
         )
     result = {
         "benchmark": "bench_penalties_apply",
-        "patch": "0.22.0/0008 apply penalties at token ids",
+        "patch": f"{args.pin} apply penalties at token ids (0.22.0: 0008)",
         "command": " ".join(["python", *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "series_hash": series_hash,

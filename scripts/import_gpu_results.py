@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from verify import results
+from verify import results, sparse_penalties
 from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results" / "gpu"
@@ -281,24 +281,9 @@ def micro_003_apply(version: str) -> dict | None:
     src = {**meta, "command": bench["command"], "date": bench["date"]}
     p = bench["params"]
     rows = bench["results"]
-    table = "\n".join(
-        [
-            "| L | dense ms | sparse ms | dense / sparse | results equal |",
-            "|---|---|---|---|---|",
-            *(
-                f"| {r['L']} | {r['dense_ms']:.3f} | {r['sparse_ms']:.3f} "
-                f"| {r['ratio_median_of_steps']:.2f}x | {r['equal']} |"
-                for r in rows
-            ),
-        ]
-    )
-    # Rule: equal results everywhere, and the sparse path not slower (median of per-step
-    # ratios >= 1) at every L the patch sends to it (prompt + output ids <= vocab / 12).
-    limit = p["vocab_size"] // 12 - p["prompt_len"]
-    chosen = [r for r in rows if r["L"] <= limit]
-    ok = all(r["equal"] for r in rows) and all(r["ratio_median_of_steps"] >= 1 for r in chosen)
-    reason = "" if ok else "a result differs, or the sparse path is slower where it is chosen"
-    numbers = {**p, "results": rows, "sparse_chosen_up_to_L": limit}
+    ok, reason = sparse_penalties.verdict(p, rows)
+    numbers = {**p, "results": rows, "sparse_chosen_up_to_L": sparse_penalties.chosen_up_to(p)}
+    table = sparse_penalties.table(rows)
     return _record(
         src, "microbench-gpu-003-apply", "003", "pass" if ok else "fail", numbers, reason, [table]
     )

@@ -1,4 +1,5 @@
-"""Penalties applied only at a row's token ids (0.22.0 patch 0008) vs upstream's dense path.
+"""Penalties applied only at a row's token ids vs upstream's dense path (0.22.0 patch 0008,
+0.33.0 patch 0005).
 
 Pristine: `vllm.model_executor.layers.utils.apply_penalties` builds dense [B, V+1] bin
 counts for prompt and output tokens and penalizes the whole [B, V] logits (on CPU the
@@ -23,7 +24,7 @@ from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
     mods,
 )
 
-pytestmark = pytest.mark.pins("0.22.0")
+pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 
 @pytest.fixture(scope="module")
