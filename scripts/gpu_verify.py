@@ -876,6 +876,21 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         "--out",
         str(out / "gpu_check_003_staging.json"),
     ]
+    # 0008: dense vs sparse penalty math on the GPU (the compiled repetition op as in the engine)
+    jobs["003-apply"] = [
+        sys.executable,
+        str(scripts / "bench_penalties_apply.py"),
+        "--device",
+        "cuda",
+        "--pristine-utils",
+        str(site_of("pristine") / "vllm" / "model_executor" / "layers" / "utils.py"),
+        "--patched-penalties",
+        str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
+        "--lengths",
+        "256,1024,4096,8192,12288",
+        "--out",
+        str(out / "micro-003-apply.json"),
+    ]
     if roots_018:
         jobs["002"] = [
             sys.executable,

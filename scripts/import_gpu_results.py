@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from verify import results
+from verify import results, sparse_penalties
 from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results" / "gpu"
@@ -269,6 +269,23 @@ def micro_003(version: str) -> dict | None:
     ok, reason = length_verdict(rows)
     return _record(
         src, "microbench-gpu-003", "003", "pass" if ok else "fail", numbers, reason, [table]
+    )
+
+
+def micro_003_apply(version: str) -> dict | None:
+    """0008: dense vs sparse penalty math on the GPU (scripts/bench_penalties_apply.py)."""
+    bench = _load(version, "micro-003-apply")
+    meta = _load(version, "micro")
+    if not bench or not meta:
+        return None
+    src = {**meta, "command": bench["command"], "date": bench["date"]}
+    p = bench["params"]
+    rows = bench["results"]
+    ok, reason = sparse_penalties.verdict(p, rows)
+    numbers = {**p, "results": rows, "sparse_chosen_up_to_L": sparse_penalties.chosen_up_to(p)}
+    table = sparse_penalties.table(rows)
+    return _record(
+        src, "microbench-gpu-003-apply", "003", "pass" if ok else "fail", numbers, reason, [table]
     )
 
 
@@ -585,6 +602,7 @@ def main() -> int:
         spec_ngram(args.version),
         micro_000(args.version),
         micro_003(args.version),
+        micro_003_apply(args.version),
         staging_003(args.version),
         micro_002() if args.version == "0.22.0" else None,
     ]

@@ -2,11 +2,13 @@
 
     python scripts/import_results.py
 
-Reads results/cpu/0.22.0/bench_003.json (scripts/bench_003_cpu.py) and
+Reads results/cpu/0.22.0/bench_003.json (scripts/bench_003_cpu.py),
+results/cpu/0.22.0/bench_penalties_apply.json (scripts/bench_penalties_apply.py) and
 results/gpu/0.22.0/kernel_001.{json,md} (scripts/gpu_kernel_bench.py) and writes
-microbench-003.json, kernel-001.json and kernel-010.json beside them. Numbers, command, machine
-and date are copied from the originals, never recomputed; so is the series hash, so a run made
-before the patches were integrated shows as "stale" in reports until it is repeated. The 003
+microbench-003.json, microbench-003-apply.json, kernel-001.json and kernel-010.json beside
+them. Numbers, command, machine and date are copied from the originals, never recomputed; so is
+the series hash, so a run made before the patches were integrated shows as "stale" in reports
+until it is repeated. The 003
 verdict follows verify.growth (pristine cost grows with L, patched stays flat).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verify import results
+from verify import results, sparse_penalties
 from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results"
@@ -66,6 +68,30 @@ def bench_003() -> None:
         date=data["date"], machine=data["machine"], series_hash=data.get("series_hash", "none")
     )
     results.write(result, "cpu", "microbench-003")
+
+
+def bench_penalties_apply() -> None:
+    """0008's dense vs sparse penalty math on this machine's CPU -> microbench-003-apply."""
+    src = ROOT / "cpu" / "0.22.0" / "bench_penalties_apply.json"
+    if not src.exists():
+        return
+    data = json.loads(src.read_text())
+    params, rows = data["params"], data["results"]
+    ok, reason = sparse_penalties.verdict(params, rows)
+    numbers = {
+        **params,
+        "results": rows,
+        "sparse_chosen_up_to_L": sparse_penalties.chosen_up_to(params),
+        "source": src.name,
+    }
+    result = results.make(
+        "microbench-003-apply", "003", "0.22.0", "pass" if ok else "fail", numbers,
+        command=data["command"], reason=reason, tables=[sparse_penalties.table(rows)],
+    )  # fmt: skip
+    result.update(
+        date=data["date"], machine=data["machine"], series_hash=data["series_hash"] or "none"
+    )
+    results.write(result, "cpu", "microbench-003-apply")
 
 
 def kernels() -> None:
@@ -120,4 +146,5 @@ def _kernel_series_hash(meta: dict) -> str:
 
 if __name__ == "__main__":
     bench_003()
+    bench_penalties_apply()
     kernels()

@@ -195,3 +195,25 @@ def test_staging_check_needs_a_clean_stress_and_a_control_that_sees_races(mod, t
     _write(tmp_path, "gpu_check_003_staging", _staging(0, 0))
     rec = mod.staging_003("0.22.0")
     assert rec["outcome"] == "fail" and "control" in rec["reason"]
+
+
+def _apply_bench(ratios: dict[int, float]) -> dict:
+    rows = [{"L": n, "dense_ms": 1.0, "sparse_ms": 1.0 / r, "ratio_median_of_steps": r,
+             "equal": True} for n, r in ratios.items()]  # fmt: skip
+    params = {"batch": 64, "prompt_len": 512, "vocab_size": 151936}
+    return {"command": "bench_penalties_apply.py", "date": META["date"], "params": params,
+            "results": rows}  # fmt: skip
+
+
+def test_apply_record_passes_when_sparse_wins_where_chosen(mod, tmp_path):
+    _write(tmp_path, "micro", {})
+    # 151936 // 12 - 512 = 12149: L=16384 is outside the sparse range, slower there is fine
+    _write(tmp_path, "micro-003-apply", _apply_bench({256: 20.0, 12288: 1.1, 16384: 0.6}))
+    assert mod.micro_003_apply("0.22.0")["outcome"] == "pass"
+
+
+def test_apply_record_fails_when_sparse_is_slower_where_chosen(mod, tmp_path):
+    _write(tmp_path, "micro", {})
+    _write(tmp_path, "micro-003-apply", _apply_bench({256: 20.0, 4096: 0.9}))
+    record = mod.micro_003_apply("0.22.0")
+    assert record["outcome"] == "fail" and "slower" in record["reason"]

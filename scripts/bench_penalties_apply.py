@@ -1,0 +1,187 @@
+"""A/B microbenchmark of 0.22.0 patch 0008: dense vs sparse penalty math.
+
+For a decode batch of B rows with a P-token prompt and L output tokens each (Qwen3 vocabulary,
+pads and repeated ids as in real text), times the penalty math alone on already-built
+tensors: upstream's dense path (bin counts [B, V+1] for prompt and output, repetition
+penalty, frequency and presence subtraction over [B, V]) against the patched sparse path.
+Calls are interleaved (order alternates per step) in one process; every step also checks that
+both results are equal. Reports medians and the dense / sparse ratio per L.
+
+Functions are taken from source files with `ast` (no vLLM import needed on CPU):
+    python scripts/bench_penalties_apply.py --pin 0.22.0            # build tree roots
+    python scripts/bench_penalties_apply.py --device cuda \\
+        --pristine-utils SITE/vllm/model_executor/layers/utils.py \\
+        --patched-penalties .gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py
+On CUDA the dense path uses vLLM's compiled repetition-penalty op (`vllm._custom_ops`, so the
+bundle must be importable); on CPU it uses the torch fallback from the pristine _custom_ops.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 151_936
+
+
+def _functions(path: Path, names: set[str], namespace: dict) -> dict:
+    """Execute the named top-level functions (and module constants) of `path` in `namespace`."""
+    tree = ast.parse(path.read_text())
+    keep = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (
+            isinstance(node, ast.Assign)
+            and all(isinstance(t, ast.Name) and t.id.startswith("_SPARSE") for t in node.targets)
+        )
+    ]
+    missing = names - {n.name for n in keep if isinstance(n, ast.FunctionDef)}
+    if missing:
+        raise SystemExit(f"{path}: no {', '.join(sorted(missing))}")
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace
+
+
+def load(pristine_utils: Path, custom_ops: Path | None, patched_penalties: Path, device: str):
+    if device == "cuda":
+        from vllm import _custom_ops  # the bundle's compiled op, as in the engine
+    else:
+        ns = _functions(custom_ops, {"apply_repetition_penalties_torch"}, {"torch": torch})
+        _custom_ops = types.ModuleType("vllm._custom_ops")
+        _custom_ops.apply_repetition_penalties = ns["apply_repetition_penalties_torch"]
+        sys.modules.setdefault("vllm", types.ModuleType("vllm"))
+        sys.modules["vllm._custom_ops"] = _custom_ops
+    dense = _functions(
+        pristine_utils, {"get_token_bin_counts_and_mask", "apply_penalties"}, {"torch": torch}
+    )["apply_penalties"]
+    sparse = _functions(patched_penalties, {"apply_penalties_at_token_ids"}, {"torch": torch})[
+        "apply_penalties_at_token_ids"
+    ]
+    return dense, sparse
+
+
+def inputs(batch: int, prompt_len: int, length: int, device: torch.device, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    # Text-like ids: a 4096-id working set per row, so ids repeat.
+    pool = torch.randint(0, VOCAB, (batch, 4096), generator=g)
+    prompt = pool.gather(1, torch.randint(0, 4096, (batch, prompt_len), generator=g))
+    output = pool.gather(1, torch.randint(0, 4096, (batch, length), generator=g))
+    prompt[batch // 2 :, prompt_len // 2 :] = VOCAB  # shorter prompts are padded
+    logits = torch.randn(batch, VOCAB, generator=g)
+    pres = torch.full((batch,), 1.5)
+    freq = torch.full((batch,), 0.5)
+    rep = torch.full((batch,), 1.1)
+    return [t.to(device) for t in (logits, prompt, output, pres, freq, rep)]
+
+
+def _time(fn, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pin", default="0.22.0")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--pristine-utils", type=Path)
+    ap.add_argument("--pristine-custom-ops", type=Path)
+    ap.add_argument("--patched-penalties", type=Path)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--lengths", default="256,1024,4096,8192")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+
+    series_hash = None
+    if not (args.pristine_utils and args.patched_penalties):
+        sys.path.insert(0, str(REPO))
+        from verify.equivalence.roots import materialize
+        from verify.series import series_hash as _hash
+
+        pristine_root, patched_root = materialize(args.pin)
+        args.pristine_utils = pristine_root / "vllm/model_executor/layers/utils.py"
+        args.pristine_custom_ops = pristine_root / "vllm/_custom_ops.py"
+        args.patched_penalties = patched_root / "vllm/v1/sample/ops/penalties.py"
+        series_hash = _hash(args.pin)
+    if args.device == "cpu" and args.pristine_custom_ops is None:
+        args.pristine_custom_ops = args.pristine_utils.parents[2] / "_custom_ops.py"
+    device = torch.device(args.device)
+    dense, sparse = load(
+        args.pristine_utils, args.pristine_custom_ops, args.patched_penalties, args.device
+    )
+
+    rows = []
+    for length in (int(x) for x in args.lengths.split(",")):
+        base = inputs(args.batch, args.prompt_len, length, device, seed=length)
+        t_dense, t_sparse = [], []
+        for step in range(args.steps + 1):
+            a, b = base[0].clone(), base[0].clone()
+            order = [("dense", a), ("sparse", b)]
+            for name, logits in order if step % 2 else order[::-1]:
+                fn = dense if name == "dense" else sparse
+                t = _time(lambda fn=fn, logits=logits, rest=base[1:]: fn(logits, *rest), device)
+                if step:  # step 0 warms up
+                    (t_dense if name == "dense" else t_sparse).append(t)
+            if not torch.equal(a, b):
+                raise SystemExit(f"L={length}: sparse result differs from dense")
+        ratios = [d / s for d, s in zip(t_dense, t_sparse, strict=True)]
+        row = {
+            "L": length,
+            "steps": len(t_dense),
+            "dense_ms": 1e3 * statistics.median(t_dense),
+            "sparse_ms": 1e3 * statistics.median(t_sparse),
+            "ratio_median_of_steps": statistics.median(ratios),
+            "equal": True,
+        }
+        rows.append(row)
+        print(
+            f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
+            f"{row['ratio_median_of_steps']:6.1f}x",
+            flush=True,
+        )
+    result = {
+        "benchmark": "bench_penalties_apply",
+        "patch": f"{args.pin} apply penalties at token ids (0.22.0: 0008)",
+        "command": " ".join(["python", *sys.argv]),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "series_hash": series_hash,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "machine": {"cpu_count": __import__("os").cpu_count(), "platform": platform.platform()},
+        "torch": torch.__version__,
+        "params": {
+            "batch": args.batch,
+            "prompt_len": args.prompt_len,
+            "vocab_size": VOCAB,
+            "timed": "penalty math on built tensors (bin counts + repetition + frequency + "
+            "presence), one call per step, dense and sparse interleaved; results compared",
+        },
+        "results": rows,
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Verdict and table for the dense vs sparse penalty benchmark (scripts/bench_penalties_apply.py).
+
+The sparse path (0.22.0 patch 0008) is chosen while a row's prompt + output ids are at most
+vocab / SPARSE_MIN_RATIO; it must give the dense path's results everywhere and must not be
+slower (median of per-step dense / sparse ratios >= 1) at every length where it is chosen.
+"""
+
+from __future__ import annotations
+
+SPARSE_MIN_RATIO = 12  # the patch's _SPARSE_PENALTIES_MIN_RATIO
+
+
+def chosen_up_to(params: dict) -> int:
+    """Largest output length L at which the patch picks the sparse path."""
+    return params["vocab_size"] // SPARSE_MIN_RATIO - params["prompt_len"]
+
+
+def verdict(params: dict, rows: list[dict]) -> tuple[bool, str]:
+    """(ok, reason) for one benchmark run."""
+    if not rows:
+        return False, "no lengths measured"
+    limit = chosen_up_to(params)
+    differ = [r["L"] for r in rows if not r["equal"]]
+    slower = [r["L"] for r in rows if r["L"] <= limit and r["ratio_median_of_steps"] < 1]
+    if differ:
+        return False, f"results differ at L={differ}"
+    if slower:
+        return False, f"the sparse path is slower where it is chosen: L={slower}"
+    return True, ""
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table, one row per L."""
+    return "\n".join(
+        [
+            "| L | dense ms | sparse ms | dense / sparse | results equal |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['L']} | {r['dense_ms']:.3f} | {r['sparse_ms']:.3f} "
+                f"| {r['ratio_median_of_steps']:.2f}x | {r['equal']} |"
+                for r in rows
+            ),
+        ]
+    )
