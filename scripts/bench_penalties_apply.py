@@ -22,6 +22,7 @@ import argparse
 import ast
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -165,7 +166,7 @@ def main() -> int:
         "series_hash": series_hash,
         "device": args.device,
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "machine": {"cpu_count": __import__("os").cpu_count(), "platform": platform.platform()},
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
         "torch": torch.__version__,
         "params": {
             "batch": args.batch,

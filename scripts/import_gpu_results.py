@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from verify import results, sparse_penalties
+from verify.e2e.serving import interval_verdict
 from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results" / "gpu"
@@ -238,12 +239,20 @@ def micro_000(version: str) -> dict | None:
     )
 
 
-def micro_003(version: str) -> dict | None:
-    bench = _load(version, "micro-003")
+def _micro_job(version: str, name: str) -> tuple[dict, dict] | None:
+    """(the job's output, its provenance) for a job of the micro step: the step's metadata with
+    the job's own command and date; None unless both files are there."""
+    job = _load(version, name)
     meta = _load(version, "micro")
-    if not bench or not meta:
+    if not job or not meta:
         return None
-    src = {**meta, "command": bench["command"], "date": bench["date"]}
+    return job, {**meta, "command": job["command"], "date": job["date"]}
+
+
+def micro_003(version: str) -> dict | None:
+    if not (loaded := _micro_job(version, "micro-003")):
+        return None
+    bench, src = loaded
     rows = bench["results"]
     table = "\n".join(
         [
@@ -274,15 +283,12 @@ def micro_003(version: str) -> dict | None:
 
 def micro_003_apply(version: str) -> dict | None:
     """0008: dense vs sparse penalty math on the GPU (scripts/bench_penalties_apply.py)."""
-    bench = _load(version, "micro-003-apply")
-    meta = _load(version, "micro")
-    if not bench or not meta:
+    if not (loaded := _micro_job(version, "micro-003-apply")):
         return None
-    src = {**meta, "command": bench["command"], "date": bench["date"]}
-    p = bench["params"]
-    rows = bench["results"]
+    bench, src = loaded
+    p, rows = bench["params"], bench["results"]
     ok, reason = sparse_penalties.verdict(p, rows)
-    numbers = {**p, "results": rows, "sparse_chosen_up_to_L": sparse_penalties.chosen_up_to(p)}
+    numbers = sparse_penalties.numbers(p, rows)
     table = sparse_penalties.table(rows)
     return _record(
         src, "microbench-gpu-003-apply", "003", "pass" if ok else "fail", numbers, reason, [table]
@@ -529,9 +535,7 @@ def serving(version: str) -> list[dict]:
                 "output_throughput_patched_over_pristine": ratio,
                 "workload": "vllm bench serve random 2 in / 512 out, 128 prompts, 16 warmups, rate inf, "
                 "MRV2, --ignore-eos",
-                "verdict": "no difference resolved"
-                if ratio.get("ci95_low", 1) <= 1 <= ratio.get("ci95_high", 1)
-                else ("faster" if ratio["ratio"] > 1 else "slower"),
+                "verdict": interval_verdict(ratio.get("ci95_low"), ratio.get("ci95_high")),
             },
             tables=[table],
         )

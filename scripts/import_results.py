@@ -78,12 +78,7 @@ def bench_penalties_apply() -> None:
     data = json.loads(src.read_text())
     params, rows = data["params"], data["results"]
     ok, reason = sparse_penalties.verdict(params, rows)
-    numbers = {
-        **params,
-        "results": rows,
-        "sparse_chosen_up_to_L": sparse_penalties.chosen_up_to(params),
-        "source": src.name,
-    }
+    numbers = {**sparse_penalties.numbers(params, rows), "source": src.name}
     result = results.make(
         "microbench-003-apply", "003", "0.22.0", "pass" if ok else "fail", numbers,
         command=data["command"], reason=reason, tables=[sparse_penalties.table(rows)],

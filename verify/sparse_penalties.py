@@ -29,6 +29,11 @@ def verdict(params: dict, rows: list[dict]) -> tuple[bool, str]:
     return True, ""
 
 
+def numbers(params: dict, rows: list[dict]) -> dict:
+    """The record's numbers: the run's parameters, its rows and where the sparse path is chosen."""
+    return {**params, "results": rows, "sparse_chosen_up_to_L": chosen_up_to(params)}
+
+
 def table(rows: list[dict]) -> str:
     """Markdown table, one row per L."""
     return "\n".join(

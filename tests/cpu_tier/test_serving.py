@@ -128,5 +128,5 @@ def test_parse_bench_and_ratio_ci(tmp_path):
         ([None, None], "no interval"),
     ],
 )
-def test_throughput_verdict(ci95, verdict):
-    assert serving.throughput_verdict({"output_throughput": {"ci95": ci95}}) == verdict
+def test_interval_verdict(ci95, verdict):
+    assert serving.interval_verdict(*ci95) == verdict

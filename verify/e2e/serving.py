@@ -396,10 +396,9 @@ def table(summary: dict) -> str:
     return "\n".join(rows)
 
 
-def throughput_verdict(summary: dict) -> str:
-    """What the output-throughput ratio's 95% interval resolves: "no difference resolved",
-    "patched faster" or "patched slower" (also "no interval" with fewer than 2 repeats)."""
-    low, high = summary["output_throughput"]["ci95"]
+def interval_verdict(low: float | None, high: float | None) -> str:
+    """What a patched/pristine ratio's 95% interval resolves: "no difference resolved",
+    "patched faster" or "patched slower" ("no interval" with fewer than 2 repeats)."""
     if low is None or high is None:
         return "no interval"
     if low <= 1 <= high:
@@ -435,7 +434,7 @@ def serve_bench(
         "workdir": str(work),
     }
     tab = table(res["summary"])
-    verdict = throughput_verdict(res["summary"])
+    verdict = interval_verdict(*res["summary"]["output_throughput"]["ci95"])
     numbers["verdict"] = verdict
     say("serving A/B (patched / pristine):\n" + tab + f"\noutput throughput: {verdict}")
     # A resolved slowdown is a finding, not a pass; on this noisy 2-core machine repeat it with
