@@ -5,8 +5,8 @@ Pristine: `vllm.model_executor.layers.utils.apply_penalties` builds dense [B, V+
 counts for prompt and output tokens and penalizes the whole [B, V] logits (on CPU the
 repetition penalty goes through `apply_repetition_penalties_torch`). Patched:
 `apply_penalties_at_token_ids` gathers the logits at the ids that occur, penalizes them and
-scatters them back; `apply_all_penalties` picks it while prompt + output ids are at most a
-twelfth of the vocabulary.
+scatters them back; `apply_all_penalties` picks it for CPU logits while prompt + output ids
+are at most a twelfth of the vocabulary (on the GPU the dense path measured faster).
 
 Checked: equal values (torch.equal) and equal bits except the sign of zero logits (the dense
 path subtracts -0.0 at untouched ids when a penalty is negative), over randomized batches
@@ -126,3 +126,14 @@ def test_apply_all_penalties_choice(mods, monkeypatch, prompt_len, output_len, s
         got = mods.pa_pen.apply_all_penalties(logits.clone(), prompt, pres, freq, rep, lists)
     assert bool(calls) is sparse_expected
     _assert_same(got, ref)
+
+
+@pytest.mark.parametrize(
+    "device,num_ids,expected",
+    [("cpu", 83, True), ("cpu", 84, False), ("meta", 1, False), ("meta", 83, False)],
+)
+def test_sparse_path_only_for_cpu_logits(mods, device, num_ids, expected):  # noqa: F811
+    """On a GPU the dense path measured faster at every length (H100, B=64: dense 0.49-0.51 ms,
+    sparse 0.68-0.88 ms), so only CPU logits take the sparse path (non-CPU stands in as 'meta')."""
+    logits = torch.empty(4, 1000, device=device)
+    assert mods.pa_pen._penalize_at_token_ids(logits, num_ids) is expected
