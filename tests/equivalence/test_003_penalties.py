@@ -361,6 +361,21 @@ def test_shrink_after_rejection(mods):
     _check(mods, batch)
 
 
+def test_shrink_without_invalidate_copies_row_whole(mods):
+    """The builder's own guard: a list that got shorter is copied whole on its next build,
+    even when no caller reported the truncation (invalidate)."""
+    rng = random.Random(14)
+    batch = Batch(mods, 2, rng)
+    for i in range(2):
+        batch.append(i, [rng.randrange(VOCAB) for _ in range(40)])
+    _check(mods, batch)
+    del batch.outputs[0][12:]
+    batch.ib.num_tokens_no_spec[0] = int(batch.ib.num_prompt_tokens[0]) + 12
+    _check(mods, batch)
+    batch.append(0, [rng.randrange(VOCAB) for _ in range(3)])
+    _check(mods, batch)
+
+
 def test_async_write_back(mods):
     # Placeholder repair must update token_ids_cpu, which the fast path reads.
     rng = random.Random(5)
