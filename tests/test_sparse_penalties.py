@@ -50,3 +50,27 @@ def test_no_rows_fail() -> None:
 
 def test_table_has_one_line_per_length() -> None:
     assert len(sparse_penalties.table([_row(256, 2.0), _row(512, 1.5)]).splitlines()) == 4
+
+
+CUDA = {**PARAMS, "device": "cuda"}
+
+
+@pytest.mark.parametrize("version,patch", [("0.22.0", "0008"), ("0.33.0", "0005")])
+def test_the_patch_takes_the_sparse_path_for_cpu_logits_only(version: str, patch: str) -> None:
+    root = Path(__file__).resolve().parent.parent / "patches" / version
+    text = next(root.glob(f"{patch}-*.patch")).read_text()
+    assert '+        logits.device.type == "cpu"' in text
+
+
+def test_never_chosen_off_cpu() -> None:
+    assert sparse_penalties.chosen_up_to(CUDA) == -1
+
+
+def test_dense_faster_off_cpu_passes() -> None:
+    rows = [_row(256, 0.7), _row(4096, 1.04), _row(12288, 0.6)]  # 1.04: within the noise
+    assert sparse_penalties.verdict(CUDA, rows) == (True, "")
+
+
+def test_sparse_clearly_faster_off_cpu_fails() -> None:
+    ok, reason = sparse_penalties.verdict(CUDA, [_row(256, 1.2), _row(12288, 0.6)])
+    assert not ok and "unused on cuda" in reason and "L=[256]" in reason
