@@ -16,6 +16,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--async-placeholders", action="store_true")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--series-hash", help="series the b side belongs to (for the record)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -143,9 +145,11 @@ def main() -> int:
                 {
                     "command": "python " + " ".join(sys.argv),
                     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                    "machine": {"cpu": platform.processor(), "python": platform.python_version()},
+                    "series_hash": args.series_hash,
+                    "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
                     "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-                    "params": vars(args) | {"a": str(args.a), "b": str(args.b), "out": None},
+                    "params": vars(args)
+                    | {"a": str(args.a), "b": str(args.b), "out": str(args.out)},
                     "results": rows,
                 },
                 indent=1,

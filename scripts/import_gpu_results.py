@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from verify import results, sparse_penalties
+from verify import build_ab, results, sparse_penalties
 from verify.e2e.serving import interval_verdict
 from verify.growth import length_growth, length_verdict
 
@@ -365,38 +365,21 @@ def micro_003_build(version: str) -> dict | None:
         return None
     bench, src = loaded
     rows = bench["results"]
-    table = "\n".join(
-        [
-            "| L | per-row loop (0008) ms | one gather (0009) ms | loop / gather (95% CI) "
-            "| steps | mismatched steps |",
-            "|---|---|---|---|---|---|",
-            *(
-                f"| {r['L']} | {r['a_ms_median']:.3f} | {r['b_ms_median']:.3f} "
-                f"| {r['a_over_b']:.2f}x [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] "
-                f"| {r['steps']} | {r['mismatched_steps']} |"
-                for r in rows
-            ),
-        ]
-    )
     numbers = {
         "batch": bench["params"]["batch"],
         "device": bench["params"]["device"],
         "async_placeholders": bench["params"]["async_placeholders"],
         "results": rows,
     }
-    # Rule: the two builds give equal tensors at every step, and the gather is faster with
-    # the whole 95% interval above 1.
-    equal = all(r["mismatched_steps"] == 0 for r in rows)
-    faster = all(r["ci95"][0] > 1.0 for r in rows)
-    reason = "" if equal and faster else ("tensors differ" if not equal else "not faster")
+    ok, reason = build_ab.verdict(rows)
     return _record(
         src,
         "microbench-gpu-003-build",
         "003",
-        "pass" if equal and faster else "fail",
+        "pass" if ok else "fail",
         numbers,
         reason,
-        [table],
+        [build_ab.table(rows)],
     )
 
 

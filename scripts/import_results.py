@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verify import results, sparse_penalties
+from verify import build_ab, results, sparse_penalties
 from verify.growth import length_growth, length_verdict
 
 ROOT = Path(__file__).resolve().parent.parent / "results"
@@ -89,6 +89,31 @@ def bench_penalties_apply() -> None:
     results.write(result, "cpu", "microbench-003-apply")
 
 
+def bench_003_build_ab() -> None:
+    """0009's staging fill vs the per-row loop on this machine's CPU -> microbench-003-build."""
+    src = ROOT / "cpu" / "0.22.0" / "bench_003_build_ab.json"
+    if not src.exists():
+        return
+    data = json.loads(src.read_text())
+    rows = data["results"]
+    ok, reason = build_ab.verdict(rows)
+    numbers = {
+        "batch": data["params"]["batch"],
+        "device": "cpu",
+        "async_placeholders": data["params"]["async_placeholders"],
+        "results": rows,
+        "source": src.name,
+    }
+    result = results.make(
+        "microbench-003-build", "003", "0.22.0", "pass" if ok else "fail", numbers,
+        command=data["command"], reason=reason, tables=[build_ab.table(rows)],
+    )  # fmt: skip
+    result.update(
+        date=data["date"], machine=data["machine"], series_hash=data["series_hash"] or "none"
+    )
+    results.write(result, "cpu", "microbench-003-build")
+
+
 def kernels() -> None:
     src = ROOT / "gpu" / "0.22.0" / "kernel_001.json"  # run 9: see kernel_notes.md
     data = json.loads(src.read_text())
@@ -142,4 +167,5 @@ def _kernel_series_hash(meta: dict) -> str:
 if __name__ == "__main__":
     bench_003()
     bench_penalties_apply()
+    bench_003_build_ab()
     kernels()
