@@ -83,9 +83,8 @@ def bench_penalties_apply() -> None:
         "microbench-003-apply", "003", "0.22.0", "pass" if ok else "fail", numbers,
         command=data["command"], reason=reason, tables=[sparse_penalties.table(rows)],
     )  # fmt: skip
-    result.update(
-        date=data["date"], machine=data["machine"], series_hash=data["series_hash"] or "none"
-    )
+    result.update(date=data["date"], series_hash=data["series_hash"] or "none")
+    result["machine"].update(data["machine"])  # this machine's CPU model + the run's own fields
     results.write(result, "cpu", "microbench-003-apply")
 
 
@@ -108,9 +107,8 @@ def bench_003_build_ab() -> None:
         "microbench-003-build", "003", "0.22.0", "pass" if ok else "fail", numbers,
         command=data["command"], reason=reason, tables=[build_ab.table(rows)],
     )  # fmt: skip
-    result.update(
-        date=data["date"], machine=data["machine"], series_hash=data["series_hash"] or "none"
-    )
+    result.update(date=data["date"], series_hash=data["series_hash"] or "none")
+    result["machine"].update(data["machine"])  # this machine's CPU model + the run's own fields
     results.write(result, "cpu", "microbench-003-build")
 
 
