@@ -14,6 +14,9 @@ Functions are taken from source files with `ast` (no vLLM import needed on CPU):
         --patched-penalties .gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py
 On CUDA the dense path uses vLLM's compiled repetition-penalty op (`vllm._custom_ops`, so the
 bundle must be importable); on CPU it uses the torch fallback from the pristine _custom_ops.py.
+`--fused scripts/kernels/penalties_fused.py` adds the fused Triton candidate as a third variant
+(CUDA, where it must equal the dense path bit for bit; on CPU the dense path multiplies by
+1/penalty, so there the bits differ by design).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--lengths", default="256,1024,4096,8192")
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--fused", type=Path, help="fused kernel candidate (third variant)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -129,20 +133,38 @@ def main() -> int:
         args.pristine_utils, args.pristine_custom_ops, args.patched_penalties, args.device
     )
 
+    variants = {"dense": dense, "sparse": sparse}
+    if args.fused:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("penalties_fused", args.fused)
+        fused_mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fused_mod)
+        variants["fused"] = fused_mod.apply_penalties_fused
+
     rows = []
     for length in (int(x) for x in args.lengths.split(",")):
         base = inputs(args.batch, args.prompt_len, length, device, seed=length)
-        t_dense, t_sparse = [], []
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        fused_equal = True
         for step in range(args.steps + 1):
-            a, b = base[0].clone(), base[0].clone()
-            order = [("dense", a), ("sparse", b)]
-            for name, logits in order if step % 2 else order[::-1]:
-                fn = dense if name == "dense" else sparse
+            names = list(variants)
+            names = names[step % len(names) :] + names[: step % len(names)]  # rotate the order
+            out = {}
+            for name in names:
+                logits = base[0].clone()
+                fn = variants[name]
                 t = _time(lambda fn=fn, logits=logits, rest=base[1:]: fn(logits, *rest), device)
+                out[name] = logits
                 if step:  # step 0 warms up
-                    (t_dense if name == "dense" else t_sparse).append(t)
-            if not torch.equal(a, b):
+                    times[name].append(t)
+            if not torch.equal(out["dense"], out["sparse"]):
                 raise SystemExit(f"L={length}: sparse result differs from dense")
+            if "fused" in out:
+                fused_equal &= torch.equal(
+                    out["fused"].view(torch.int32), out["dense"].view(torch.int32)
+                )
+        t_dense, t_sparse = times["dense"], times["sparse"]
         ratios = [d / s for d, s in zip(t_dense, t_sparse, strict=True)]
         row = {
             "L": length,
@@ -152,10 +174,22 @@ def main() -> int:
             "ratio_median_of_steps": statistics.median(ratios),
             "equal": True,
         }
+        if "fused" in times:
+            row["fused_ms"] = 1e3 * statistics.median(times["fused"])
+            row["dense_over_fused_median_of_steps"] = statistics.median(
+                d / f for d, f in zip(t_dense, times["fused"], strict=True)
+            )
+            row["fused_bit_identical"] = fused_equal
         rows.append(row)
         print(
             f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
-            f"{row['ratio_median_of_steps']:6.1f}x",
+            f"{row['ratio_median_of_steps']:6.1f}x"
+            + (
+                f"  fused {row['fused_ms']:8.3f} ms {row['dense_over_fused_median_of_steps']:5.1f}x"
+                f" bit-identical {fused_equal}"
+                if "fused_ms" in row
+                else ""
+            ),
             flush=True,
         )
     result = {

@@ -888,6 +888,8 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
         "--lengths",
         "256,1024,4096,8192,12288",
+        "--fused",  # the fused Triton candidate (scripts/kernels/penalties_fused.py)
+        str(scripts / "kernels" / "penalties_fused.py"),
         "--out",
         str(out / "micro-003-apply.json"),
     ]

@@ -49,14 +49,22 @@ def numbers(params: dict, rows: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown table, one row per L."""
+    """Markdown table, one row per L (with the fused candidate's columns when it was timed)."""
+    fused = any("fused_ms" in r for r in rows)
     return "\n".join(
         [
-            "| L | dense ms | sparse ms | dense / sparse | results equal |",
-            "|---|---|---|---|---|",
+            "| L | dense ms | sparse ms | dense / sparse | results equal |"
+            + (" fused ms | dense / fused | fused bit-identical |" if fused else ""),
+            "|---|---|---|---|---|" + ("---|---|---|" if fused else ""),
             *(
                 f"| {r['L']} | {r['dense_ms']:.3f} | {r['sparse_ms']:.3f} "
                 f"| {r['ratio_median_of_steps']:.2f}x | {r['equal']} |"
+                + (
+                    f" {r['fused_ms']:.3f} | {r['dense_over_fused_median_of_steps']:.2f}x "
+                    f"| {r['fused_bit_identical']} |"
+                    if "fused_ms" in r
+                    else (" - | - | - |" if fused else "")
+                )
                 for r in rows
             ),
         ]
