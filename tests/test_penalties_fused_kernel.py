@@ -31,7 +31,7 @@ def kmod():
 
 def _bins(tokens, vocab_size, num_seqs):
     """Upstream's get_token_bin_counts_and_mask (vllm/model_executor/layers/utils.py)."""
-    bin_counts = torch.zeros((num_seqs, vocab_size + 1), dtype=torch.long)
+    bin_counts = torch.zeros((num_seqs, vocab_size + 1), dtype=torch.long, device=tokens.device)
     bin_counts.scatter_add_(1, tokens, torch.ones_like(tokens))
     bin_counts = bin_counts[:, :vocab_size]
     return bin_counts, bin_counts > 0
