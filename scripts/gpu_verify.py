@@ -40,6 +40,7 @@ from pathlib import Path
 
 BUNDLE = Path("/tmp/vllm-bundle/site")
 SITES = Path("/tmp/pb-sites")
+COMPILE_CACHES = Path("/tmp/pb-vllm-cache")
 MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
 SHIMS = Path("/tmp/pb-shims")
@@ -400,6 +401,10 @@ def run_engine_step(name: str, out: Path, meta: dict) -> dict:
         for variant in spec["variants"]:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), **spec.get("env", {}))
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
+            # One compile cache per step: in session 7 pristine's tokens changed between two
+            # penalties-v1 calls after penalties-v1-long had run in between (fresh compile in
+            # the first call, cache loads later); whether sharing the cache caused it is untested.
+            env.setdefault("VLLM_CACHE_ROOT", str(COMPILE_CACHES / name))
             say(f"{name}: starting {variant} engine")
             engines[variant] = Engine(name, variant, out, env)
             data["startup"][variant] = engines[variant].ready
