@@ -16,7 +16,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -25,13 +24,13 @@ import torch
 os.environ["TRITON_INTERPRET"] = "0"
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "scripts" / "kernels"))
 
+from bench_penalties_apply import VOCAB, _time, inputs  # noqa: E402
 from penalties_fused import apply_penalties_fused  # noqa: E402
 
 from tests.test_penalties_fused_kernel import upstream_apply_penalties  # noqa: E402
-
-VOCAB = 151_936
 
 
 def main() -> int:
@@ -45,15 +44,8 @@ def main() -> int:
     dev = torch.device("cuda")
     rows = []
     for length in map(int, args.lengths.split(",")):
-        g = torch.Generator().manual_seed(length)
-        b = args.batch
-        pool = torch.randint(0, VOCAB, (b, 4096), generator=g)
-        prompt = pool.gather(1, torch.randint(0, 4096, (b, args.prompt_len), generator=g))
-        output = pool.gather(1, torch.randint(0, 4096, (b, length), generator=g))
-        prompt[b // 2 :, args.prompt_len // 2 :] = VOCAB
-        logits = torch.randn(b, VOCAB, generator=g)
-        pen = [torch.full((b,), v) for v in (1.5, 0.5, 1.1)]
-        logits, prompt, output, *pen = (t.to(dev) for t in (logits, prompt, output, *pen))
+        # The inputs of bench_penalties_apply (penalties 1.5 / 0.5 / 1.1), on the GPU.
+        logits, *rest = inputs(args.batch, args.prompt_len, length, dev, seed=length)
         fns = {"dense": upstream_apply_penalties, "fused": apply_penalties_fused}
         times: dict[str, list[float]] = {k: [] for k in fns}
         identical = True
@@ -61,12 +53,9 @@ def main() -> int:
             outs = {}
             for name in list(fns) if step % 2 else list(fns)[::-1]:
                 x = logits.clone()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fns[name](x, prompt, output, *pen)
-                torch.cuda.synchronize()
+                t = _time(lambda fn=fns[name], x=x, rest=rest: fn(x, *rest), dev)
                 if step >= 2:
-                    times[name].append(time.perf_counter() - t0)
+                    times[name].append(t)
                 outs[name] = x
             identical &= torch.equal(
                 outs["dense"].view(torch.int32), outs["fused"].view(torch.int32)

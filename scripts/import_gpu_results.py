@@ -365,12 +365,7 @@ def micro_003_build(version: str) -> dict | None:
         return None
     bench, src = loaded
     rows = bench["results"]
-    numbers = {
-        "batch": bench["params"]["batch"],
-        "device": bench["params"]["device"],
-        "async_placeholders": bench["params"]["async_placeholders"],
-        "results": rows,
-    }
+    numbers = build_ab.numbers(bench["params"], rows)
     ok, reason = build_ab.verdict(rows)
     return _record(
         src,

@@ -70,46 +70,45 @@ def bench_003() -> None:
     results.write(result, "cpu", "microbench-003")
 
 
-def bench_penalties_apply() -> None:
-    """0008's dense vs sparse penalty math on this machine's CPU -> microbench-003-apply."""
-    src = ROOT / "cpu" / "0.22.0" / "bench_penalties_apply.json"
+def _bench_record(step: str, src: Path, verdict, numbers, table) -> None:
+    """results/cpu/0.22.0/<step>.json from a benchmark file (skipped when it is absent):
+    `verdict(params, rows)`, `numbers(params, rows)` and `table(rows)` make its content; date,
+    series and the run's machine fields come from the file."""
     if not src.exists():
         return
     data = json.loads(src.read_text())
     params, rows = data["params"], data["results"]
-    ok, reason = sparse_penalties.verdict(params, rows)
-    numbers = {**sparse_penalties.numbers(params, rows), "source": src.name}
+    ok, reason = verdict(params, rows)
     result = results.make(
-        "microbench-003-apply", "003", "0.22.0", "pass" if ok else "fail", numbers,
-        command=data["command"], reason=reason, tables=[sparse_penalties.table(rows)],
+        step, "003", "0.22.0", "pass" if ok else "fail",
+        {**numbers(params, rows), "source": src.name},
+        command=data["command"], reason=reason, tables=[table(rows)],
     )  # fmt: skip
     result.update(date=data["date"], series_hash=data["series_hash"] or "none")
     result["machine"].update(data["machine"])  # this machine's CPU model + the run's own fields
-    results.write(result, "cpu", "microbench-003-apply")
+    results.write(result, "cpu", step)
+
+
+def bench_penalties_apply() -> None:
+    """0008's dense vs sparse penalty math on this machine's CPU -> microbench-003-apply."""
+    _bench_record(
+        "microbench-003-apply",
+        ROOT / "cpu" / "0.22.0" / "bench_penalties_apply.json",
+        sparse_penalties.verdict,
+        sparse_penalties.numbers,
+        sparse_penalties.table,
+    )
 
 
 def bench_003_build_ab() -> None:
     """0009's staging fill vs the per-row loop on this machine's CPU -> microbench-003-build."""
-    src = ROOT / "cpu" / "0.22.0" / "bench_003_build_ab.json"
-    if not src.exists():
-        return
-    data = json.loads(src.read_text())
-    rows = data["results"]
-    ok, reason = build_ab.verdict(rows)
-    numbers = {
-        "batch": data["params"]["batch"],
-        "device": "cpu",
-        "async_placeholders": data["params"]["async_placeholders"],
-        "results": rows,
-        "source": src.name,
-    }
-    result = results.make(
-        "microbench-003-build", "003", "0.22.0", "pass" if ok else "fail", numbers,
-        command=data["command"], reason=reason, tables=[build_ab.table(rows)],
-    )  # fmt: skip
-    result.update(date=data["date"], series_hash=data["series_hash"] or "none")
-    result["machine"].update(data["machine"])  # this machine's CPU model + the run's own fields
-    results.write(result, "cpu", "microbench-003-build")
+    _bench_record(
+        "microbench-003-build",
+        ROOT / "cpu" / "0.22.0" / "bench_003_build_ab.json",
+        lambda _params, rows: build_ab.verdict(rows),
+        build_ab.numbers,
+        build_ab.table,
+    )
 
 
 def kernels() -> None:

@@ -21,6 +21,16 @@ def verdict(rows: list[dict]) -> tuple[bool, str]:
     return True, ""
 
 
+def numbers(params: dict, rows: list[dict]) -> dict:
+    """The record's numbers: the run's batch, device and placeholder mode, and its rows."""
+    return {
+        "batch": params["batch"],
+        "device": params["device"],
+        "async_placeholders": params["async_placeholders"],
+        "results": rows,
+    }
+
+
 def table(rows: list[dict]) -> str:
     """Markdown table, one row per L."""
     return "\n".join(
