@@ -156,7 +156,6 @@ def kernels(session: nox.Session) -> None:
         "-m",
         "pytest",
         "tests/test_split_recovered_kernel.py",
-        "tests/test_penalties_fused_kernel.py",
         "-q",
     )
 

@@ -14,9 +14,9 @@ Functions are taken from source files with `ast` (no vLLM import needed on CPU):
         --patched-penalties .gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py
 On CUDA the dense path uses vLLM's compiled repetition-penalty op (`vllm._custom_ops`, so the
 bundle must be importable); on CPU it uses the torch fallback from the pristine _custom_ops.py.
-`--fused scripts/kernels/penalties_fused.py` adds the fused Triton candidate as a third variant
-(CUDA, where it must equal the dense path bit for bit; on CPU the dense path multiplies by
-1/penalty, so there the bits differ by design).
+`--one-pass` (CUDA only) adds 0010's `apply_penalties_one_pass` from the patched file as a third
+variant, the path the patched engine takes on CUDA; it must equal the dense path bit for bit
+(on CPU the dense path multiplies by 1/penalty and the patch keeps it there).
 """
 
 from __future__ import annotations
@@ -76,6 +76,16 @@ def load(pristine_utils: Path, custom_ops: Path | None, patched_penalties: Path,
     return dense, sparse
 
 
+def load_one_pass(patched_penalties: Path):
+    """0010's `apply_penalties_one_pass` and its Triton kernel, from the patched file."""
+    import triton
+    import triton.language as tl
+
+    names = {"_apply_penalties_kernel", "apply_penalties_one_pass"}
+    namespace = {"torch": torch, "triton": triton, "tl": tl}
+    return _functions(patched_penalties, names, namespace)["apply_penalties_one_pass"]
+
+
 def inputs(batch: int, prompt_len: int, length: int, device: torch.device, seed: int):
     g = torch.Generator().manual_seed(seed)
     # Text-like ids: a 4096-id working set per row, so ids repeat.
@@ -111,7 +121,9 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--lengths", default="256,1024,4096,8192")
     ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--fused", type=Path, help="fused kernel candidate (third variant)")
+    ap.add_argument(
+        "--one-pass", action="store_true", help="add 0010's one-pass Triton path (CUDA)"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -134,19 +146,16 @@ def main() -> int:
     )
 
     variants = {"dense": dense, "sparse": sparse}
-    if args.fused:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("penalties_fused", args.fused)
-        fused_mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fused_mod)
-        variants["fused"] = fused_mod.apply_penalties_fused
+    if args.one_pass:
+        if args.device != "cuda":
+            raise SystemExit("--one-pass needs --device cuda (the patch takes it on CUDA only)")
+        variants["one_pass"] = load_one_pass(args.patched_penalties)
 
     rows = []
     for length in (int(x) for x in args.lengths.split(",")):
         base = inputs(args.batch, args.prompt_len, length, device, seed=length)
         times: dict[str, list[float]] = {name: [] for name in variants}
-        fused_equal = True
+        one_pass_equal = True
         for step in range(args.steps + 1):
             names = list(variants)
             names = names[step % len(names) :] + names[: step % len(names)]  # rotate the order
@@ -160,9 +169,9 @@ def main() -> int:
                     times[name].append(t)
             if not torch.equal(out["dense"], out["sparse"]):
                 raise SystemExit(f"L={length}: sparse result differs from dense")
-            if "fused" in out:
-                fused_equal &= torch.equal(
-                    out["fused"].view(torch.int32), out["dense"].view(torch.int32)
+            if "one_pass" in out:
+                one_pass_equal &= torch.equal(
+                    out["one_pass"].view(torch.int32), out["dense"].view(torch.int32)
                 )
         t_dense, t_sparse = times["dense"], times["sparse"]
         ratios = [d / s for d, s in zip(t_dense, t_sparse, strict=True)]
@@ -174,27 +183,29 @@ def main() -> int:
             "ratio_median_of_steps": statistics.median(ratios),
             "equal": True,
         }
-        if "fused" in times:
-            row["fused_ms"] = 1e3 * statistics.median(times["fused"])
-            row["dense_over_fused_median_of_steps"] = statistics.median(
-                d / f for d, f in zip(t_dense, times["fused"], strict=True)
+        if "one_pass" in times:
+            row["one_pass_ms"] = 1e3 * statistics.median(times["one_pass"])
+            row["dense_over_one_pass_median_of_steps"] = statistics.median(
+                d / f for d, f in zip(t_dense, times["one_pass"], strict=True)
             )
-            row["fused_bit_identical"] = fused_equal
+            row["one_pass_bit_identical"] = one_pass_equal
         rows.append(row)
         print(
             f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
             f"{row['ratio_median_of_steps']:6.1f}x"
             + (
-                f"  fused {row['fused_ms']:8.3f} ms {row['dense_over_fused_median_of_steps']:5.1f}x"
-                f" bit-identical {fused_equal}"
-                if "fused_ms" in row
+                f"  one-pass {row['one_pass_ms']:8.3f} ms"
+                f" {row['dense_over_one_pass_median_of_steps']:5.1f}x"
+                f" bit-identical {one_pass_equal}"
+                if "one_pass_ms" in row
                 else ""
             ),
             flush=True,
         )
     result = {
         "benchmark": "bench_penalties_apply",
-        "patch": f"{args.pin} apply penalties at token ids (0.22.0: 0008)",
+        "patch": f"{args.pin} apply penalties at token ids (0.22.0: 0008)"
+        + (" and in one Triton pass (0.22.0: 0010)" if args.one_pass else ""),
         "command": " ".join(["python", *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "series_hash": series_hash,
@@ -207,7 +218,7 @@ def main() -> int:
             "prompt_len": args.prompt_len,
             "vocab_size": VOCAB,
             "timed": "penalty math on built tensors (bin counts + repetition + frequency + "
-            "presence), one call per step, dense and sparse interleaved; results compared",
+            "presence), one call per step, the variants interleaved; results compared",
         },
         "results": rows,
     }

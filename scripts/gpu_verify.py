@@ -41,6 +41,11 @@ from pathlib import Path
 BUNDLE = Path("/tmp/vllm-bundle/site")
 SITES = Path("/tmp/pb-sites")
 COMPILE_CACHES = Path("/tmp/pb-vllm-cache")
+# Every engine and server of an A/B compiles in Inductor's deterministic mode. Without it
+# Inductor times candidate reduction configs on the device and keeps the fastest, so two
+# compiles of one model may sum in different orders: in session 7 pristine's tokens changed
+# between penalties-v1 calls (one fresh compile, later cache loads) while patched's did not.
+COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1"}
 MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
 SHIMS = Path("/tmp/pb-shims")
@@ -396,14 +401,15 @@ class Engine:
 def run_engine_step(name: str, out: Path, meta: dict) -> dict:
     spec = STEPS[name]
     data: dict = {**meta, "step": name, "spec": spec, "rounds": [], "startup": {}}
+    data["compile_env"] = COMPILE_ENV
     engines: dict[str, Engine] = {}
     try:
         for variant in spec["variants"]:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), **spec.get("env", {}))
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
-            # One compile cache per step: in session 7 pristine's tokens changed between two
-            # penalties-v1 calls after penalties-v1-long had run in between (fresh compile in
-            # the first call, cache loads later); whether sharing the cache caused it is untested.
+            env.update(COMPILE_ENV)
+            # One compile cache per step, so no engine loads artifacts compiled for another
+            # step's config or without COMPILE_ENV.
             env.setdefault("VLLM_CACHE_ROOT", str(COMPILE_CACHES / name))
             say(f"{name}: starting {variant} engine")
             engines[variant] = Engine(name, variant, out, env)
@@ -628,11 +634,12 @@ def run_serve_bench(
     variants = ["pristine", "patched"]
     ports = {"pristine": 8101, "patched": 8102}
     bench = step == "serve-bench"
-    data: dict = {**meta, "step": step, "rounds": [], "startup": {}}
+    data: dict = {**meta, "step": step, "rounds": [], "startup": {}, "compile_env": COMPILE_ENV}
     procs = {}
     try:
         for variant in variants:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), VLLM_USE_V2_MODEL_RUNNER="1")
+            env.update(COMPILE_ENV, VLLM_CACHE_ROOT=str(COMPILE_CACHES / step))
             log = open(out / "raw" / f"serve-{variant}.log", "w")
             cmd = _cli(
                 "serve",
@@ -881,7 +888,8 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         "--out",
         str(out / "gpu_check_003_staging.json"),
     ]
-    # 0008: dense vs sparse penalty math on the GPU (the compiled repetition op as in the engine)
+    # 0008 / 0010: dense vs sparse vs one-pass penalty math on the GPU (the compiled repetition
+    # op as in the engine)
     jobs["003-apply"] = [
         sys.executable,
         str(scripts / "bench_penalties_apply.py"),
@@ -893,8 +901,7 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
         "--lengths",
         "256,1024,4096,8192,12288",
-        "--fused",  # the fused Triton candidate (scripts/kernels/penalties_fused.py)
-        str(scripts / "kernels" / "penalties_fused.py"),
+        "--one-pass",  # 0010: the path the patched engine takes on CUDA
         "--out",
         str(out / "micro-003-apply.json"),
     ]

@@ -74,3 +74,32 @@ def test_dense_faster_off_cpu_passes() -> None:
 def test_sparse_clearly_faster_off_cpu_fails() -> None:
     ok, reason = sparse_penalties.verdict(CUDA, [_row(256, 1.2), _row(12288, 0.6)])
     assert not ok and "unused on cuda" in reason and "L=[256]" in reason
+
+
+GPU = {**PARAMS, "device": "cuda"}
+
+
+def _one_pass(row: dict, ratio: float, identical: bool = True) -> dict:
+    return {**row, "one_pass_ms": 1.0 / ratio, "one_pass_bit_identical": identical,
+            "dense_over_one_pass_median_of_steps": ratio}  # fmt: skip
+
+
+def test_one_pass_faster_and_identical_passes() -> None:
+    rows = [_one_pass(_row(256, 0.7), 4.0), _one_pass(_row(12288, 0.9), 3.0)]
+    assert sparse_penalties.verdict(GPU, rows) == (True, "")
+
+
+def test_one_pass_bits_differ_fails() -> None:
+    rows = [_one_pass(_row(256, 0.7), 4.0), _one_pass(_row(4096, 0.7), 4.0, identical=False)]
+    ok, reason = sparse_penalties.verdict(GPU, rows)
+    assert not ok and "bits differ" in reason and "L=[4096]" in reason
+
+
+def test_one_pass_slower_fails() -> None:
+    ok, reason = sparse_penalties.verdict(GPU, [_one_pass(_row(4096, 0.7), 0.95)])
+    assert not ok and "slower than the dense path" in reason
+
+
+def test_table_has_one_pass_columns() -> None:
+    text = sparse_penalties.table([_one_pass(_row(256, 0.7), 4.0), _row(512, 0.7)])
+    assert "one-pass ms" in text and "4.00x" in text and "| - | - | - |" in text
