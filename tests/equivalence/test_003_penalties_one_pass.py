@@ -1,4 +1,5 @@
-"""V1 penalties in one Triton pass vs upstream's dense path (0.22.0 patch 0010).
+"""V1 penalties in one Triton pass vs upstream's dense path (0.22.0 patch 0010, 0.33.0 patch
+0007).
 
 Pristine: `vllm.model_executor.layers.utils.apply_penalties` (int64 bin counts, bool masks,
 the repetition-penalty op, then `logits -= f * counts` and `logits -= p * mask`). On CUDA
@@ -30,7 +31,7 @@ from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
 )
 from verify.equivalence.roots import ImportRoot
 
-pytestmark = pytest.mark.pins("0.22.0")
+pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 
 @pytest.fixture(scope="module")
