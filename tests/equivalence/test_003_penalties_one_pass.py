@@ -29,6 +29,7 @@ from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
     _opaque_types_once,
     mods,
 )
+from tests.equivalence.test_003_penalties_sparse import _inputs as sparse_inputs
 from verify.equivalence.roots import ImportRoot
 
 pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
@@ -74,21 +75,11 @@ def dense(mods):  # noqa: F811
 
 
 def _inputs(seed: int, num_reqs: int, vocab: int, prompt_len: int, output_len: int):
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(num_reqs, vocab, generator=g) * 3
-    logits[torch.rand(num_reqs, vocab, generator=g) < 0.05] = 0.0
+    """The sparse path's randomized batches (float32), plus some -0.0 logits."""
+    logits, *rest = sparse_inputs(seed, num_reqs, vocab, prompt_len, output_len, torch.float32)
+    g = torch.Generator().manual_seed(1000 + seed)
     logits[torch.rand(num_reqs, vocab, generator=g) < 0.02] = -0.0
-    pool = torch.randint(0, vocab, (max(4, vocab // 8),), generator=g)
-    pool[0] = vocab - 1  # the last id
-    prompt = pool[torch.randint(0, len(pool), (num_reqs, prompt_len), generator=g)]
-    output = pool[torch.randint(0, len(pool), (num_reqs, output_len), generator=g)]
-    prompt[torch.rand(num_reqs, prompt_len, generator=g) < 0.2] = vocab  # padding
-    output[torch.rand(num_reqs, output_len, generator=g) < 0.2] = vocab
-    pres = torch.rand(num_reqs, generator=g) * 4 - 2
-    freq = torch.rand(num_reqs, generator=g) * 4 - 2
-    rep = torch.rand(num_reqs, generator=g) * 1.5 + 0.5
-    pres[0], freq[0], rep[0] = 0.0, 0.0, 1.0  # a row without penalties
-    return logits, prompt, output, pres, freq, rep
+    return logits, *rest
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
