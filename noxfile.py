@@ -151,13 +151,7 @@ def kernels(session: nox.Session) -> None:
     session.install(_cpu_torch(), "triton", "numpy", "pytest", "gitpython")
     session.install("--no-deps", "-e", ".")
     session.env["TRITON_INTERPRET"] = "1"
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/test_split_recovered_kernel.py",
-        "-q",
-    )
+    session.run("python", "-m", "pytest", "tests/test_split_recovered_kernel.py", "-q")
 
 
 @nox.session

@@ -52,6 +52,15 @@ SHIMS = Path("/tmp/pb-shims")
 HERE = Path(__file__).resolve()
 
 
+def compile_env(env: dict[str, str], step: str) -> dict[str, str]:
+    """`env` with COMPILE_ENV and one compile cache per step (unless VLLM_CACHE_ROOT is set),
+    so no engine or server loads artifacts compiled for another step's config or without
+    COMPILE_ENV."""
+    env.update(COMPILE_ENV)
+    env.setdefault("VLLM_CACHE_ROOT", str(COMPILE_CACHES / step))
+    return env
+
+
 def say(message: str) -> None:
     print(f"[gpu_verify {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -407,10 +416,7 @@ def run_engine_step(name: str, out: Path, meta: dict) -> dict:
         for variant in spec["variants"]:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), **spec.get("env", {}))
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
-            env.update(COMPILE_ENV)
-            # One compile cache per step, so no engine loads artifacts compiled for another
-            # step's config or without COMPILE_ENV.
-            env.setdefault("VLLM_CACHE_ROOT", str(COMPILE_CACHES / name))
+            compile_env(env, name)
             say(f"{name}: starting {variant} engine")
             engines[variant] = Engine(name, variant, out, env)
             data["startup"][variant] = engines[variant].ready
@@ -639,7 +645,7 @@ def run_serve_bench(
     try:
         for variant in variants:
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), VLLM_USE_V2_MODEL_RUNNER="1")
-            env.update(COMPILE_ENV, VLLM_CACHE_ROOT=str(COMPILE_CACHES / step))
+            compile_env(env, step)
             log = open(out / "raw" / f"serve-{variant}.log", "w")
             cmd = _cli(
                 "serve",
