@@ -20,7 +20,7 @@ from pathlib import Path
 
 import git
 
-from verify import sdist
+from verify import paths, sdist
 from verify.errors import ApplyError, PatchbenchError
 from verify.progress import say
 from verify.series import Patch, parse_patch, read_series, series_dir, write_series
@@ -71,8 +71,7 @@ AM_OPTS = ["--keep", "--3way", "--committer-date-is-author-date", "--whitespace=
 
 
 def build_root() -> Path:
-    default = Path(__file__).resolve().parent.parent / "build"
-    return Path(os.environ.get("PATCHBENCH_BUILD_DIR") or default)
+    return paths.build_root()
 
 
 @dataclass

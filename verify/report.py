@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from verify import paths
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
-
-REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 
 #: (step key, title) in report order. A result belongs to the first key its step name
 #: contains, checked most specific first (see `_category`).
@@ -207,7 +206,7 @@ def build(
     results_root: Path | None = None,
 ) -> Path:
     """Write every patch's report and the index; returns the index path."""
-    out = (out_root or REPORTS_DIR) / version
+    out = (out_root or paths.reports_root()) / version
     out.mkdir(parents=True, exist_ok=True)
     patches = read_series(version, patches_root)
     found = results_mod.load_all(version, results_root)

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verify import paths
 from verify.series import series_hash
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 OUTCOMES = ("pass", "fail", "not run", "n/a")
 
 
@@ -71,7 +71,7 @@ def make(
 
 def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None) -> Path:
     """Write `result` to ``results/<tier>/<version>/<name>.json`` atomically."""
-    path = (root or RESULTS_DIR) / tier / result["vllm_version"] / f"{name}.json"
+    path = (root or paths.results_root()) / tier / result["vllm_version"] / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
@@ -82,7 +82,7 @@ def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None
 def load_all(version: str, root: Path | None = None) -> list[dict[str, Any]]:
     """Every result file of `version` under results/ (any tier), with its path added."""
     found = []
-    for path in sorted((root or RESULTS_DIR).glob(f"*/{version}/*.json")):
+    for path in sorted((root or paths.results_root()).glob(f"*/{version}/*.json")):
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError:

@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from verify import paths
 from verify.errors import PatchbenchError
 from verify.progress import Progress, say
 
@@ -36,8 +37,7 @@ def index_url() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("PATCHBENCH_CACHE_DIR") or Path.home() / ".cache" / "vllm-patchbench"
-    return Path(root)
+    return paths.cache_dir()
 
 
 @dataclass(frozen=True)

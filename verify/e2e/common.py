@@ -184,10 +184,11 @@ def write_not_run(version: str, seed: str, step: str, reason: str) -> Path:
     return results.write(result, "cpu", step, root=results_root())
 
 
-def results_root() -> Path | None:
+def results_root() -> Path:
     """`PATCHBENCH_RESULTS_DIR` (tests point it at a temp dir), else the repo's results/."""
-    value = os.environ.get("PATCHBENCH_RESULTS_DIR")
-    return Path(value) if value else None
+    from verify import paths
+
+    return paths.results_root()
 
 
 def workdir(version: str, step: str) -> Path:
