@@ -1,639 +1,630 @@
 #!/usr/bin/env python3
-"""GPU microbenchmark of ``sample_recovered_tokens_kernel`` variants (issue 8 step 1, issue 10).
+"""Recovered-token kernels of the rejection sampler, timed the way vLLM launches them.
 
-Runs with torch + triton only (no vLLM): each upstream kernel is extracted
-from a copy of vLLM's ``rejection_sampler.py`` with ``ast`` (the ``@triton.jit``
-function and its decorator, nothing else) into a temporary module that imports
-only triton/tl/torch; a candidate kernel file that defines a Python launcher
-``sample_recovered_tokens(...)`` (scripts/kernels/split_recovered.py) is imported as is.
+GPU machine, torch + triton only (no vLLM). Every variant is lifted from a copy of
+``vllm/v1/sample/rejection_sampler.py`` (a build tree's file, carried to the machine):
 
-For each shape (vocab x requests x draft tokens, with and without draft probs):
-  * correctness: every variant's output (poisoned with -1 before the call) is
-    compared token for token with a float32 PyTorch reference
-    (lowest argmax of prob * inv_q; 0.16.0's kernel divides by q instead, so it
-    is also compared with a prob / q reference) and with the 0.22.0 kernel;
-    extra tie-heavy inputs (quantized probs, inv_q == 1) are checked too;
-  * timing: triton.testing.do_bench median (L2 flushed before each call),
-    ``--rounds`` rounds with the variant order rotated every round; the
-    per-round ratio t(baseline) / t(variant) gives a mean and 95% CI;
-  * roofline: bytes the kernel must read (target [+ draft] probs for every token,
-    inv_q once per request) / measured device-to-device copy bandwidth.
+* ``NAME=FILE:KERNEL``: the ``@triton.jit`` function ``KERNEL`` of FILE, launched as that
+  release's ``sample_recovered_tokens`` does (grid (batch, max_spec_len), BLOCK_SIZE 8192);
+* ``NAME=FILE``: a patched FILE (patch 0.22.0/0006, 0.33.0/0003): its split-path block,
+  from the ``sample_recovered_tokens_split_kernel`` definition to the end of the file,
+  run through its own ``_launch_sample_recovered_tokens`` (vLLM's ``num_compute_units``
+  replaced by a cached torch query; everything else verbatim);
+* ``NAME=FILE@direct``: as ``NAME=FILE``, the same plan and workspace, but the kernel is
+  launched through the ``CompiledKernel`` its first launch returned (Triton's per-call
+  argument binding and cache lookup skipped): measures Triton's launch overhead.
 
-Usage (GPU machine, repo root):
-  python3 scripts/gpu_kernel_bench.py --out-dir $OUT
-Writes kernel_001.json and kernel_001.md into --out-dir.
+Per shape (vocab x requests x draft tokens, uniform or ragged, with and without draft
+probs), every variant's token ids are compared with the float32 reference of
+``verify/equivalence/recovered_tokens_ref.py`` (lowest index among the maxima) on
+random, forced-tie (few distinct values, q == 1) and NaN-row inputs; then
+``--rounds`` rounds, the variant order rotated each round, each round storing per
+variant the median of
+
+* ``graph_us``: a CUDA graph of back-to-back calls over rotating input sets larger than
+  L2, replayed ``--replays`` times (GPU time only, every call reads DRAM);
+* ``eager_us``: one eager call from an idle GPU with L2 flushed: write a 256 MB buffer,
+  synchronize, record a start event, call, record an end event; the events span the
+  host's issue time of the call and the GPU time after it (the latency a step sees
+  when the host is the bottleneck, as at small batch); ``--eager-samples`` samples;
+* ``host_us``: CPU time to issue one call: the GPU is kept busy by a sleep kernel
+  (``torch.cuda._sleep``) so that launches never wait, then ``--host-calls``
+  back-to-back calls are timed with ``time.perf_counter_ns`` and divided.
+
+Writes ``<name>.json`` (raw format below, partial file while running) and ``<name>.md``.
+JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``,
+``method``, ``variants`` {name: {source, sha256}}, ``checks`` (fp64 Gumbel noise), and
+``rows``: {variant, baseline, vocab, requests, draft_tokens (int, or the list per request
+when ragged), draft_probs, identical, checks, graph_us, eager_us, host_us}.
+
+Usage (GPU machine, repo root; .gpu/k21 carried):
+  python3 scripts/gpu_kernel_bench.py --out-dir $OUT \\
+      --variant 0.22.0=.gpu/k21/rs_0.22.0_pristine.py:sample_recovered_tokens_kernel ...
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime as dt
-import importlib.util
-import inspect
+import functools
+import hashlib
 import json
 import math
 import os
 import platform
+import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import triton
-import triton.language as tl  # noqa: F401  (used by extracted kernels)
+import triton.language as tl
 
-HERE = Path(__file__).resolve().parent
-KDIR = HERE / "kernels"
-DEFAULT_VARIANTS = [
-    f"0.16.0={KDIR / 'upstream' / 'rejection_sampler_0.16.0.py'}:sample_recovered_tokens_kernel",
-    f"0.22.0={KDIR / 'upstream' / 'rejection_sampler_0.22.0.py'}:sample_recovered_tokens_kernel",
-    f"0.22.0+001={KDIR / 'upstream' / 'rejection_sampler_0.22.0+001.py'}:sample_recovered_tokens_kernel",
-    f"0.33.0={KDIR / 'upstream' / 'rejection_sampler_0.33.0.py'}:sample_recovered_tokens_kernel",
-    f"split={KDIR / 'split_recovered.py'}",
-]
-DEFAULT_SHAPES = "1x1,1x2,1x4,2x4,4x1,4x4,8x1,8x4,16x4,32x4,64x4,128x4,256x4"
-# two-sided 97.5% Student t quantiles, df = 1..30
-_T975 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from verify.equivalence import recovered_tokens_ref as ref  # noqa: E402
+
+DEFAULT_SHAPES = "1x1,1x4,4x4,16x1,8x4,16x4,32x4,64x4,128x4,256x4,r16,r220,r900"
+#: ragged layouts: name -> (requests, max draft tokens); lengths drawn in 0..max, seeded
+RAGGED = {"r16": (8, 4), "r220": (64, 7), "r900": (256, 7)}
+SPLIT_BLOCK_MARKER = "sample_recovered_tokens_split_kernel"
 
 
 # --------------------------------------------------------------------------- loading
+def _module_from_source(source: str, name: str) -> ModuleType:
+    mod = ModuleType(name)
+    mod.__dict__.update(torch=torch, triton=triton, tl=tl, functools=functools)
+    # Triton reads a @triton.jit function's source through inspect: give it a file.
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kbench_{name}.py"
+    path.write_text(
+        "import functools\nimport torch\nimport triton\nimport triton.language as tl\n\n" + source
+    )
+    exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
+    return mod
+
+
 def extract_kernel(path: Path, name: str, tag: str):
-    """Extract the @triton.jit function `name` from `path` into its own module."""
-    src = path.read_text()
-    tree = ast.parse(src)
-    lines = src.splitlines()
-    for node in tree.body:
+    """The top-level @triton.jit function `name` of `path`, in a module of its own."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             first = min([d.lineno for d in node.decorator_list] + [node.lineno])
-            body = "\n".join(lines[first - 1 : node.end_lineno])
+            mod = _module_from_source("\n".join(lines[first - 1 : node.end_lineno]), tag)
+            return getattr(mod, name)
+    raise SystemExit(f"{path}: no top-level function {name}")
+
+
+@functools.cache
+def _torch_num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _num_sms(device: torch.device) -> int:
+    """vLLM's cached ``num_compute_units`` for CUDA, 132 (an H100) elsewhere."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _torch_num_sms(index)
+    return 132
+
+
+def extract_split_path(path: Path, tag: str) -> ModuleType:
+    """The patch's block (split kernel to end of file) of a patched rejection_sampler.py."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == SPLIT_BLOCK_MARKER:
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
             break
     else:
-        raise SystemExit(f"{path}: no top-level function {name}")
-    header = (
-        f"# extracted from {path} ({name})\n"
-        "import torch\nimport triton\nimport triton.language as tl\n\n"
-    )
-    tmp = Path(tempfile.mkdtemp(prefix="kbench_")) / f"k_{tag.replace('.', '_')}.py"
-    tmp.write_text(header + body + "\n")
-    spec = importlib.util.spec_from_file_location(tmp.stem, tmp)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return getattr(mod, name)
-
-
-def import_module(path: Path, tag: str):
-    spec = importlib.util.spec_from_file_location(f"cand_{tag.replace('.', '_')}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+        raise SystemExit(f"{path}: no {SPLIT_BLOCK_MARKER} (not a patched file?)")
+    mod = _module_from_source("\n".join(lines[first - 1 :]), tag)
+    mod._num_sms = _num_sms
+    for name in ("_launch_sample_recovered_tokens", "recovered_tokens_launch_config"):
+        if not hasattr(mod, name):
+            raise SystemExit(f"{path}: the split block has no {name}")
     return mod
+
+
+class DirectLauncher:
+    """The new patch's launcher with Triton's JIT dispatch skipped after the first call.
+
+    One ``CompiledKernel`` per specialization this benchmark can hit (draft probs or
+    not, one slice or several, tile, warps, vocab % 16, the score dtype); every tensor
+    is assumed 16-byte aligned (true for fresh torch allocations)."""
+
+    def __init__(self, mod: ModuleType):
+        if not hasattr(mod, "_recovered_tokens_workspace"):
+            raise SystemExit("@direct needs the one-launch split path")
+        self.mod, self.compiled = mod, {}
+
+    def __call__(self, out, cu, ids, draft_probs, target_probs, inv_q, max_spec_len):
+        m = self.mod
+        num_tokens, vocab = ids.shape[0], target_probs.shape[-1]
+        device = target_probs.device
+        splits, split_size, block, warps = m._recovered_tokens_launch_plan(
+            num_tokens, vocab, device
+        )
+        partials, counters = m._recovered_tokens_workspace(device, num_tokens, splits)
+        grid = (cu.shape[0], max_spec_len, splits)
+        no_draft = draft_probs is None
+        key = (no_draft, splits == 1, block, warps, vocab % 16 == 0, inv_q.dtype)
+        kernel = self.compiled.get(key)
+        args = (out, partials, counters, cu, ids, draft_probs, target_probs, inv_q, vocab,
+                split_size, splits)  # fmt: skip
+        if kernel is None:
+            self.compiled[key] = m.sample_recovered_tokens_split_kernel[grid](
+                *args, BLOCK_SIZE=block, NO_DRAFT_PROBS=no_draft, num_warps=warps
+            )
+        else:
+            kernel[grid](*args, block, no_draft)
 
 
 class Variant:
     def __init__(self, spec: str):
         self.name, rest = spec.split("=", 1)
-        if ":" in rest:
-            path, kname = rest.rsplit(":", 1)
-            self.path = Path(path)
-            self.kernel = extract_kernel(self.path, kname, self.name)
-            self.module = None
-            argnames = list(inspect.signature(self.kernel.fn).parameters)
-            self.uses_q = "q_ptr" in argnames  # 0.16.0 divides by q
-            self.padded = "PADDED_VOCAB_SIZE" in argnames
-            self.fp64_flag = "USE_FP64_GUMBEL" in argnames
-        else:
-            self.path = Path(rest)
-            self.module = import_module(self.path, self.name)
-            self.kernel = None
-            self.uses_q = False
-        self.source_sha = __import__("hashlib").sha256(self.path.read_bytes()).hexdigest()
+        direct = rest.endswith("@direct")
+        rest = rest.removesuffix("@direct")
+        path, _, kname = rest.partition(":") if ":" in rest else (rest, "", "")
+        self.path = Path(path)
+        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        tag = "".join(c if c.isalnum() else "_" for c in self.name)
+        self.kernel = extract_kernel(self.path, kname, tag) if kname else None
+        self.module = None if kname else extract_split_path(self.path, tag)
+        self.direct = DirectLauncher(self.module) if direct else None
+        params = list(self.kernel.arg_names) if self.kernel else []
+        self.fp64_flag = "USE_FP64_GUMBEL" in params
+        self.source = f"{path}{':' + kname if kname else ''}{' (direct launch)' if direct else ''}"
 
-    def launcher(self, inp, opts=None):
-        out = inp["out"][self.name]
-        q_or_inv = inp["q"] if self.uses_q else inp["inv_q"]
-        B, K, V = inp["B"], inp["K"], inp["V"]
-        if self.module is not None:
-            m = self.module
-            kw = dict(opts or {})
+    @property
+    def supports_fp64(self) -> bool:
+        return self.fp64_flag or (self.module is not None and "0.33" in str(self.path))
 
-            def fn():
-                m.sample_recovered_tokens(
-                    out,
-                    inp["cu"],
-                    inp["draft_ids"],
-                    inp["draft_probs"],
-                    inp["target_probs"],
-                    q_or_inv,
-                    K,
-                    **kw,
-                )
-
-            return fn
-        k = self.kernel
-        extra = {}
-        if self.fp64_flag:
-            extra["USE_FP64_GUMBEL"] = False
-        size_arg = triton.next_power_of_2(V) if self.padded else 8192
-
-        def fn():
-            k[(B, K)](
-                out,
-                inp["cu"],
-                inp["draft_ids"],
-                inp["draft_probs"],
-                inp["target_probs"],
-                q_or_inv,
-                V,
-                size_arg,
-                NO_DRAFT_PROBS=inp["draft_probs"] is None,
-                **extra,
-            )
-
-        return fn
+    def launcher(self, inp, out=None):
+        """A no-argument callable: one call of this variant on `inp`."""
+        out = inp["out"][self.name] if out is None else out
+        cu, ids, dp, tp, iq = (inp[k] for k in ("cu", "ids", "draft", "target", "inv_q"))
+        if self.kernel is None:
+            launch = self.direct or self.module._launch_sample_recovered_tokens
+            k = inp["max_spec_len"]
+            return lambda: launch(out, cu, ids, dp, tp, iq, k)
+        grid, vocab, kernel = (inp["batch"], inp["max_spec_len"]), inp["vocab"], self.kernel
+        if self.fp64_flag:  # 0.33.0: vLLM's dispatcher passes these as keywords
+            fp64 = iq.dtype == torch.float64
+            return lambda: kernel[grid](
+                out, cu, ids, dp, tp, iq, vocab_size=vocab, BLOCK_SIZE=8192,
+                NO_DRAFT_PROBS=dp is None, USE_FP64_GUMBEL=fp64,
+            )  # fmt: skip
+        return lambda: kernel[grid](
+            out, cu, ids, dp, tp, iq, vocab, 8192, NO_DRAFT_PROBS=dp is None
+        )
 
 
 # --------------------------------------------------------------------------- inputs
-def make_inputs(B, K, V, with_draft, seed, device, variants, ties=False):
+def draft_counts(shape: str, seed: int) -> list[int]:
+    """Draft tokens per request: "BxK" (uniform) or a RAGGED name (seeded lengths)."""
+    if shape in RAGGED:
+        requests, most = RAGGED[shape]
+        g = torch.Generator().manual_seed(1000 + requests)
+        counts = torch.randint(0, most + 1, (requests,), generator=g).tolist()
+        counts[0] = max(counts[0], 1)
+        return counts
+    b, k = (int(x) for x in shape.split("x"))
+    return [k] * b
+
+
+def make_inputs(counts, vocab, with_draft, seed, device, names, kind="random", fp64=False):
+    """Inputs of one call; `kind`: random, ties (few values, q == 1) or nan (q == 0 in
+    the last tile of every other request, so zero probs score 0 * inf = NaN there)."""
     g = torch.Generator(device=device).manual_seed(seed)
-    T = B * K
-    if ties:
-        # few distinct values -> many equal scores; inv_q == 1 keeps them equal
-        target = torch.randint(0, 4, (T, V), generator=g, device=device).float() / 8
-        draft = (
-            torch.randint(0, 4, (T, V), generator=g, device=device).float() / 16
-            if with_draft
-            else None
-        )
-        q = torch.ones(B, V, device=device)
+    tokens, batch = sum(counts), len(counts)
+    if kind == "ties":
+        target = torch.randint(0, 4, (tokens, vocab), generator=g, device=device).float() / 8
+        draft = torch.randint(0, 4, (tokens, vocab), generator=g, device=device).float() / 16
+        q = torch.ones(batch, vocab, device=device)
     else:
-        target = torch.softmax(torch.randn(T, V, generator=g, device=device) * 3, dim=-1)
-        draft = (
-            torch.softmax(torch.randn(T, V, generator=g, device=device) * 3, dim=-1)
-            if with_draft
-            else None
-        )
-        q = torch.empty(B, V, device=device).exponential_(generator=g)
-    inv_q = q.reciprocal()
-    draft_ids = torch.randint(0, V, (T,), generator=g, device=device, dtype=torch.int32)
-    cu = torch.arange(1, B + 1, device=device, dtype=torch.int32) * K
-    out = {v.name: torch.full((T,), -1, dtype=torch.int32, device=device) for v in variants}
+        target = torch.softmax(torch.randn(tokens, vocab, generator=g, device=device) * 3, -1)
+        draft = torch.softmax(torch.randn(tokens, vocab, generator=g, device=device) * 3, -1)
+        q = torch.empty(batch, vocab, device=device).exponential_(generator=g)
+    if kind == "nan":
+        tail = (vocab - 1) // 1024 * 1024
+        target[:, tail:] = 0.0
+        draft[:, tail:] = 0.0
+        q[::2, tail:] = 0.0
+    if fp64:
+        q = q.double()
+    ids = torch.randint(0, vocab, (tokens,), generator=g, device=device, dtype=torch.int32)
+    cu = torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
     return dict(
-        B=B,
-        K=K,
-        V=V,
-        T=T,
-        target_probs=target,
-        draft_probs=draft,
-        q=q,
-        inv_q=inv_q,
-        draft_ids=draft_ids,
-        cu=cu,
-        out=out,
+        batch=batch, max_spec_len=max(counts), vocab=vocab, cu=cu, ids=ids,
+        draft=draft if with_draft else None, target=target, inv_q=q.reciprocal(),
+        out={n: torch.full((tokens,), -1, dtype=torch.int32, device=device) for n in names},
+    )  # fmt: skip
+
+
+def reference_ids(inp) -> torch.Tensor:
+    return ref.recovered_token_ids(
+        inp["cu"], inp["ids"], inp["draft"], inp["target"], inv_q=inp["inv_q"]
     )
 
 
-def reference(inp, divide=False):
-    B, K = inp["B"], inp["K"]
-    target, draft = inp["target_probs"], inp["draft_probs"]
-    if draft is None:
-        prob = target.clone()
-        prob[torch.arange(inp["T"], device=target.device), inp["draft_ids"].long()] = 0.0
-    else:
-        prob = torch.clamp_min(target - draft, 0.0)
-    req = torch.arange(B, device=target.device).repeat_interleave(K)
-    score = prob / inp["q"][req] if divide else prob * inp["inv_q"][req]
-    # torch.argmax returns the first (lowest) index among maxima
-    return score.argmax(dim=-1).to(torch.int32)
+def check_variants(variants, counts, vocab, with_draft, seed, device) -> dict[str, dict]:
+    """Per variant: ids == reference on random, tie and NaN inputs (all written, in vocab)."""
+    names = [v.name for v in variants]
+    result = {n: {} for n in names}
+    for i, kind in enumerate(("random", "ties", "nan")):
+        inp = make_inputs(counts, vocab, with_draft, seed * 3 + i, device, names, kind)
+        expected = reference_ids(inp)
+        for v in variants:
+            v.launcher(inp)()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        for v in variants:
+            got = inp["out"][v.name]
+            result[v.name][kind] = bool(torch.equal(got, expected))
+            result[v.name][f"{kind}_in_vocab"] = bool(((got >= 0) & (got < vocab)).all())
+        del inp
+    return result
 
 
-def roofline_bytes(B, K, V, with_draft):
-    T = B * K
-    return 4 * V * (T * (2 if with_draft else 1) + B) + 4 * (2 * T + B)
+def check_fp64(variants, device) -> list[dict]:
+    """0.33.0 with float64 Gumbel noise: each variant that takes it against the first."""
+    takers = [v for v in variants if v.supports_fp64]
+    rows = []
+    for counts, vocab, with_draft in (([1], 151936, False), ([3, 1, 4], 32000, True)):
+        names = [v.name for v in takers]
+        inp = make_inputs(counts, vocab, with_draft, 77, device, names, fp64=True)
+        errors = {}
+        for v in takers:
+            try:
+                v.launcher(inp)()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+            except Exception as e:  # a kernel that does not compile for float64 scores
+                errors[v.name] = f"{type(e).__name__}: {str(e)[:300]}"
+        first = inp["out"][takers[0].name] if takers else None
+        for v in takers:
+            rows.append(dict(
+                variant=v.name, against=takers[0].name, counts=counts, vocab=vocab,
+                draft_probs=with_draft, error=errors.get(v.name),
+                identical=v.name not in errors and bool(torch.equal(inp["out"][v.name], first)),
+            ))  # fmt: skip
+    return rows
 
 
-# --------------------------------------------------------------------------- stats
-def ratio_ci(base, var):
-    r = [b / v for b, v in zip(base, var, strict=True)]
-    n = len(r)
-    mean = sum(r) / n
-    if n < 2:
-        return mean, float("nan"), float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in r) / (n - 1))
-    h = _T975[min(n - 2, len(_T975) - 1)] * sd / math.sqrt(n)
-    return mean, mean - h, mean + h
+# --------------------------------------------------------------------------- timing
+def n_input_sets(counts, vocab, with_draft, total_bytes=150e6, cap=512) -> int:
+    """Input sets to rotate through in a graph so one pass reads ~3x the H100's L2."""
+    tokens = sum(counts)
+    per_set = 4 * vocab * (tokens * (2 if with_draft else 1) + len(counts))
+    return max(1, min(cap, math.ceil(total_bytes / per_set)))
 
 
-def median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def copy_bandwidth(device):
-    n = 256 * 1024 * 1024  # 1 GiB of float32
-    src = torch.randn(n, device=device)
-    dst = torch.empty_like(src)
-    t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    src = dst = None  # free the 2 GiB before timing kernels
-    torch.cuda.empty_cache()
-    return 2 * n * 4 / (t * 1e-3)  # bytes read + written per second
-
-
-def n_input_sets(B, K, V, with_draft, l2_multiple_bytes=150e6, cap=512):
-    """Input sets to rotate through so one pass over them is ~3x the H100's L2."""
-    return max(1, min(cap, math.ceil(l2_multiple_bytes / roofline_bytes(B, K, V, with_draft))))
-
-
-def capture(fns, calls):
-    """CUDA graph that calls fns[0], fns[1], ... round robin `calls` times."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
+def capture(fns, calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph calling fns[0], fns[1], ... round robin `calls` times (warmed first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
         for f in fns:
             f()
-    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
         for i in range(calls):
             fns[i % len(fns)]()
-    g.replay()
+    graph.replay()
     torch.cuda.synchronize()
-    return g
+    return graph
 
 
-def time_graph(g, calls, replays):
-    ts = []
-    for _ in range(replays):
-        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        st.record()
-        g.replay()
-        en.record()
-        en.synchronize()
-        ts.append(st.elapsed_time(en) * 1e3 / calls)
-    return median(ts)
+def _events(n):
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+def time_graph(graph, calls: int, replays: int) -> float:
+    """Median GPU microseconds per call over `replays` replays."""
+    start, end = _events(replays), _events(replays)
+    for s, e in zip(start, end, strict=True):
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(
+        s.elapsed_time(e) * 1e3 / calls for s, e in zip(start, end, strict=True)
+    )
+
+
+def time_eager(fn, flush: torch.Tensor, samples: int) -> float:
+    """Median microseconds of one eager call issued to an idle GPU with L2 flushed."""
+    times = []
+    start, end = _events(1)[0], _events(1)[0]
+    for _ in range(samples):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def sleep_cycles_per_us() -> float:
+    torch.cuda._sleep(1000)
+    start, end = _events(2)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def time_host(fn, calls: int, cycles_per_us: float, busy_us: float = 8000) -> float:
+    """CPU microseconds to issue one call, the GPU kept busy so that no launch waits."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(busy_us * cycles_per_us))
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter_ns()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls / 1e3
 
 
 # --------------------------------------------------------------------------- main
-def main():
+def machine() -> dict:
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return dict(
+        python=platform.python_version(), gpu=torch.cuda.get_device_name(), cpu=cpu,
+        torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+        num_sms=_torch_num_sms(torch.cuda.current_device()),
+    )  # fmt: skip
+
+
+def time_shape(variants, counts, vocab, with_draft, seed, device, args, flush, cyc):
+    """{variant: {graph_us, eager_us, host_us}}: per-round medians, order rotated."""
+    names = [v.name for v in variants]
+    nsets = n_input_sets(counts, vocab, with_draft)
+    sets = [make_inputs(counts, vocab, with_draft, seed * 1000 + i, device, names)
+            for i in range(nsets)]  # fmt: skip
+    calls = nsets * max(1, math.ceil(args.min_calls / nsets))
+    graphs = {v.name: capture([v.launcher(s) for s in sets], calls) for v in variants}
+    fns = {v.name: v.launcher(sets[0]) for v in variants}
+    out = {n: dict(graph_us=[], eager_us=[], host_us=[]) for n in names}
+    for r in range(args.rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            out[n]["graph_us"].append(time_graph(graphs[n], calls, args.replays))
+            out[n]["eager_us"].append(time_eager(fns[n], flush, args.eager_samples))
+            out[n]["host_us"].append(time_host(fns[n], args.host_calls, cyc))
+    del graphs, sets, fns
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def forced_config(variant, config):
+    """Context: the module variant's launch config forced to (splits, block, warps)."""
+    mod = variant.module
+
+    @contextlib.contextmanager
+    def ctx():
+        saved = mod.recovered_tokens_launch_config
+        mod.recovered_tokens_launch_config = lambda *a: config
+        plan = getattr(mod, "_recovered_tokens_launch_plan", None)
+        if plan is not None:
+            plan.cache_clear()
+        try:
+            yield
+        finally:
+            mod.recovered_tokens_launch_config = saved
+            if plan is not None:
+                plan.cache_clear()
+
+    return ctx()
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument(
-        "--variant", action="append", help="NAME=FILE:KERNEL (extract) or NAME=FILE (module)"
-    )
+    ap.add_argument("--variant", action="append", required=True, help="see above")
     ap.add_argument("--baseline", default="0.22.0")
-    ap.add_argument("--vocab", default="32000,128256,151936")
-    ap.add_argument(
-        "--shapes", default=DEFAULT_SHAPES, help="requests x draft tokens, comma separated"
-    )
+    ap.add_argument("--vocab", default="32000,128256,151936,262144")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="BxK or " + "/".join(RAGGED))
     ap.add_argument("--draft-probs", default="no,yes")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--warmup-ms", type=float, default=5)
-    ap.add_argument("--rep-ms", type=float, default=25)
-    ap.add_argument(
-        "--replays", type=int, default=5, help="graph replays per timing sample (median)"
-    )
-    ap.add_argument(
-        "--min-calls", type=int, default=16, help="kernel calls per graph replay (at least)"
-    )
-    ap.add_argument("--no-eager", action="store_true", help="skip the eager do_bench column")
-    ap.add_argument(
-        "--sweep", default="", help="candidate variant whose split configs to sweep, e.g. split"
-    )
-    ap.add_argument(
-        "--sweep-configs",
-        default="1024:4,2048:4,4096:4,4096:8,8192:8",
-        help="split_block_size:num_warps list for --sweep",
-    )
-    ap.add_argument("--sweep-min-tokens", type=int, default=0)
+    ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--min-calls", type=int, default=16, help="calls per graph (at least)")
+    ap.add_argument("--eager-samples", type=int, default=25)
+    ap.add_argument("--host-calls", type=int, default=40)
+    ap.add_argument("--sweep", default="", help="module variant whose configs to sweep")
+    ap.add_argument("--sweep-shapes", default="64x4,128x4")
+    ap.add_argument("--sweep-configs", default="", help="splits:block:warps,...")
     ap.add_argument("--out-dir", default=".")
-    ap.add_argument("--name", default="kernel_001")
-    ap.add_argument("--series-hash", default=os.environ.get("SERIES_HASH", "unknown"))
-    ap.add_argument("--note", default="")
-    args = ap.parse_args()
-
-    device = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    variants = [Variant(s) for s in (args.variant or DEFAULT_VARIANTS)]
-    names = [v.name for v in variants]
-    assert args.baseline in names, "baseline must be one of the variants"
-    props = torch.cuda.get_device_properties(device)
-    bw = copy_bandwidth(device)
-    print(
-        f"# {props.name}, {props.multi_processor_count} SMs, copy bandwidth {bw / 1e12:.3f} TB/s",
-        flush=True,
+    ap.add_argument("--name", default="kernel_recovered")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: CPU tensors under TRITON_INTERPRET=1, every timer makes one call "
+        "and reports 0 (checks the harness, measures nothing)",
     )
+    return ap.parse_args(argv)
 
-    meta = dict(
-        command=" ".join([os.path.basename(sys.executable)] + sys.argv),
-        gpu=props.name,
-        num_sms=props.multi_processor_count,
+
+def _use_dry_timers() -> None:
+    """--dry-run: the timers call once and return 0; no CUDA anywhere."""
+    g = globals()
+
+    def once(fn, *_a, **_k):
+        fn()
+        return 0.0
+
+    g["capture"] = lambda fns, calls: [f() for f in fns]
+    g["n_input_sets"] = lambda *_a: 2
+    g["time_graph"] = lambda graph, calls, replays: 0.0
+    g["time_eager"] = once
+    g["time_host"] = once
+    g["sleep_cycles_per_us"] = lambda: 0.0
+    g["machine"] = lambda: dict(
+        python=platform.python_version(),
+        gpu=None,
+        cpu="dry run",
         torch=torch.__version__,
         triton=triton.__version__,
-        python=platform.python_version(),
-        cuda=torch.version.cuda,
-        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        series_hash=args.series_hash,
-        copy_bandwidth_Bps=bw,
-        baseline=args.baseline,
-        variants={
-            v.name: dict(
-                path=str(v.path.relative_to(HERE.parent))
-                if v.path.is_relative_to(HERE.parent)
-                else str(v.path),
-                sha256=v.source_sha,
-            )
-            for v in variants
-        },
-        timing=dict(
-            main="CUDA graph replay of back-to-back calls over rotating input sets (>= ~150 MB, 3x L2), "
-            "median of --replays replays / calls",
-            replays=args.replays,
-            min_calls=args.min_calls,
-            eager="triton.testing.do_bench median, L2 flushed before every call",
-            warmup_ms=args.warmup_ms,
-            rep_ms=args.rep_ms,
-            rounds=args.rounds,
-            order="rotated each round",
-        ),
-        note=args.note,
+        cuda=None,
     )
-    rows, sweep_rows, failures = [], [], []
-    vocabs = [int(x) for x in args.vocab.split(",")]
-    shapes = [tuple(int(y) for y in s.split("x")) for s in args.shapes.split(",")]
-    modes = [m == "yes" for m in args.draft_probs.split(",")]
-    seed = 0
-    t0 = time.time()
-    for V in vocabs:
-        for wd in modes:
-            for B, K in shapes:
-                seed += 1
-                # ---- correctness (random + tie-heavy inputs)
-                exact = {}
-                for ties in (False, True):
-                    inp = make_inputs(B, K, V, wd, seed * 2 + ties, device, variants, ties=ties)
-                    ref_mul, ref_div = reference(inp), reference(inp, divide=True)
-                    outs = {}
-                    for v in variants:
-                        v.launcher(inp)()
-                        outs[v.name] = inp["out"][v.name]
-                    torch.cuda.synchronize()
-                    for v in variants:
-                        o = outs[v.name]
-                        key = v.name + (":ties" if ties else "")
-                        d = dict(
-                            unwritten=int((o < 0).sum()),
-                            out_of_vocab=int((o >= V).sum()),
-                            mismatch_vs_ref_mul=int((o != ref_mul).sum()),
-                            mismatch_vs_ref_div=int((o != ref_div).sum()),
-                            mismatch_vs_baseline=int((o != outs[args.baseline]).sum()),
-                        )
-                        exact[key] = d
-                        own_ref = "mismatch_vs_ref_div" if v.uses_q else "mismatch_vs_ref_mul"
-                        if d["unwritten"] or d["out_of_vocab"] or d[own_ref]:
-                            failures.append(dict(V=V, B=B, K=K, draft_probs=wd, variant=key, **d))
-                    del inp
-                # ---- timing: CUDA graph of back-to-back calls over rotating input
-                # sets (> L2 in total, so every call reads from DRAM), launch
-                # overhead excluded; plus eager do_bench (L2 flushed) for reference
-                nsets = n_input_sets(B, K, V, wd)
-                sets = [
-                    make_inputs(B, K, V, wd, seed * 1000 + 7 + i, device, variants)
-                    for i in range(nsets)
-                ]
-                calls = nsets * max(1, math.ceil(args.min_calls / nsets))
-                graphs = {v.name: capture([v.launcher(x) for x in sets], calls) for v in variants}
-                inp = sets[0]
-                fns = {v.name: v.launcher(inp) for v in variants}
-                times = {n: [] for n in names}
-                eager = {n: [] for n in names}
-                for r in range(args.rounds):
-                    order = names[r % len(names) :] + names[: r % len(names)]
-                    for n in order:
-                        times[n].append(time_graph(graphs[n], calls, args.replays))
-                        if not args.no_eager:
-                            eager[n].append(
-                                triton.testing.do_bench(
-                                    fns[n],
-                                    warmup=args.warmup_ms,
-                                    rep=args.rep_ms,
-                                    return_mode="median",
-                                )
-                                * 1e3
-                            )
-                del graphs
-                rb = roofline_bytes(B, K, V, wd)
-                roof_us = rb / bw * 1e6
-                row = dict(
-                    vocab=V,
-                    requests=B,
-                    draft_tokens=K,
-                    num_tokens=B * K,
-                    draft_probs=wd,
-                    input_sets=nsets,
-                    calls_per_replay=calls,
-                    roofline_bytes=rb,
-                    roofline_us=roof_us,
-                    correctness=exact,
-                    variants={},
-                )
-                for n in names:
-                    m, lo, hi = ratio_ci(times[args.baseline], times[n])
-                    row["variants"][n] = dict(
-                        times_us=times[n],
-                        median_us=median(times[n]),
-                        eager_times_us=eager[n],
-                        eager_median_us=median(eager[n]) if eager[n] else None,
-                        x_roofline=median(times[n]) / roof_us,
-                        speedup_vs_baseline=m,
-                        speedup_ci95=[lo, hi],
-                    )
-                cand = next((v for v in variants if v.module is not None), None)
-                if cand is not None and hasattr(cand.module, "choose_config"):
-                    row["auto_config"] = cand.module.choose_config(
-                        B * K, V, props.multi_processor_count
-                    )
-                elif cand is not None and hasattr(cand.module, "choose_num_splits"):
-                    row["auto_num_splits"] = cand.module.choose_num_splits(
-                        B * K, V, props.multi_processor_count
-                    )
-                rows.append(row)
-                line = (
-                    f"V={V:6d} {B:3d}x{K} dp={'y' if wd else 'n'} roof={roof_us:7.2f}us "
-                    + " ".join(f"{n}={row['variants'][n]['median_us']:8.2f}" for n in names)
-                )
-                print(line, f"[{time.time() - t0:.0f}s]", flush=True)
-                # ---- optional sweep of split configurations
-                if args.sweep and B * K >= args.sweep_min_tokens:
-                    sv = next(v for v in variants if v.name == args.sweep)
-                    for cfg in args.sweep_configs.split(","):
-                        blk, nw = (int(x) for x in cfg.split(":"))
-                        tiles = triton.cdiv(V, blk)
-                        for s in (1, 2, 4, 8, 16, 32, 64, 128):
-                            if s > tiles or (
-                                s > 1 and B * K * s > 16 * props.multi_processor_count
-                            ):
-                                continue
-                            opts = dict(num_splits=s, split_block_size=blk, split_num_warps=nw)
-                            inp["out"][sv.name].fill_(-1)
-                            sv.launcher(inp, opts)()
-                            torch.cuda.synchronize()
-                            ok = bool((inp["out"][sv.name] == inp["out"][args.baseline]).all())
-                            g = capture([sv.launcher(x, opts) for x in sets], calls)
-                            t = time_graph(g, calls, args.replays)
-                            del g
-                            sweep_rows.append(
-                                dict(
-                                    vocab=V,
-                                    requests=B,
-                                    draft_tokens=K,
-                                    draft_probs=wd,
-                                    block=blk,
-                                    num_warps=nw,
-                                    num_splits=s,
-                                    median_us=t,
-                                    equal_to_baseline=ok,
-                                    baseline_us=row["variants"][args.baseline]["median_us"],
-                                    roofline_us=roof_us,
-                                )
-                            )
-                del inp, fns, sets
-                torch.cuda.empty_cache()
-                # partial results survive a timeout
-                Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-                (Path(args.out_dir) / f"{args.name}.partial.json").write_text(
-                    json.dumps(dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures))
-                )
 
-    result = dict(meta=meta, rows=rows, sweep=sweep_rows, failures=failures)
+
+def method(args) -> dict:
+    return dict(
+        graph_us="CUDA graph of back-to-back calls over rotating input sets (>= 150 MB), "
+        f"median of {args.replays} replays / calls",
+        eager_us="flush L2 (zero a 256 MB buffer), synchronize, start event, call, end "
+        f"event; median of {args.eager_samples} samples",
+        host_us=f"perf_counter_ns over {args.host_calls} back-to-back calls / calls, "
+        "issued while a torch.cuda._sleep kernel keeps the GPU busy",
+        rounds=args.rounds, order="variants rotated every round; lists hold per-round medians",
+        identical="ids == verify/equivalence/recovered_tokens_ref (float32, lowest index "
+        "among maxima, NaN never wins) on random and forced-tie inputs; checks adds NaN rows",
+    )  # fmt: skip
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise SystemExit("--dry-run needs TRITON_INTERPRET=1 in the environment")
+        _use_dry_timers()
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    variants = [Variant(s) for s in args.variant]
+    names = [v.name for v in variants]
+    if args.baseline not in names:
+        raise SystemExit(f"--baseline {args.baseline} is not a variant ({names})")
+    flush = torch.empty(0 if args.dry_run else int(256e6 // 4), dtype=torch.int32, device=device)
+    cyc = sleep_cycles_per_us()
+    result = dict(
+        machine=machine(), command=" ".join(["python3"] + sys.argv),
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), method=method(args),
+        variants={v.name: dict(source=v.source, sha256=v.sha256) for v in variants},
+        checks=dict(fp64=check_fp64(variants, device)), rows=[], sweep=[],
+    )  # fmt: skip
+    print("#", result["machine"], flush=True)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / f"{args.name}.partial.json"
+    t0, seed = time.time(), 0
+    for vocab in (int(x) for x in args.vocab.split(",")):
+        for with_draft in (m == "yes" for m in args.draft_probs.split(",")):
+            for shape in args.shapes.split(","):
+                seed += 1
+                counts = draft_counts(shape, seed)
+                checks = check_variants(variants, counts, vocab, with_draft, seed, device)
+                times = time_shape(variants, counts, vocab, with_draft, seed, device, args,
+                                   flush, cyc)  # fmt: skip
+                uniform = len(set(counts)) == 1
+                for v in variants:
+                    c = checks[v.name]
+                    result["rows"].append(dict(
+                        variant=v.name, baseline=args.baseline, vocab=vocab,
+                        requests=len(counts), draft_tokens=counts[0] if uniform else counts,
+                        draft_probs=with_draft,
+                        identical=c["random"] and c["ties"] and c["random_in_vocab"],
+                        checks=c, **times[v.name],
+                    ))  # fmt: skip
+                print(progress_line(result["rows"][-len(variants) :], shape, t0), flush=True)
+                partial.write_text(json.dumps(result))
+            if args.sweep:
+                result["sweep"] += sweep(variants, args, vocab, with_draft, device, flush, cyc)
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"{args.name}.partial.json").unlink(missing_ok=True)
-    try:
-        (out_dir / f"{args.name}.md").write_text(render_md(result))
-        print(render_md(result, short=True))
-    except Exception as e:  # keep the JSON even if rendering breaks
-        print("render_md failed:", repr(e))
-    print(f"failures: {len(failures)}")
-    return 1 if failures else 0
+    partial.unlink(missing_ok=True)
+    (out_dir / f"{args.name}.md").write_text(render_md(result))
+    print(render_md(result))
+    bad = [r for r in result["rows"] if not r["identical"]]
+    print(f"rows not identical to the reference: {len(bad)}")
+    return 0
 
 
-def render_md(res, short=False):
-    meta, rows = res["meta"], res["rows"]
-    names = list(meta["variants"])
-    base = meta["baseline"]
-    out = []
-    if not short:
-        out += [
-            f"# {res.get('title', 'sample_recovered_tokens kernel benchmark')}",
-            "",
-            f"- command: `{meta['command']}`",
-            f"- GPU: {meta['gpu']} ({meta['num_sms']} SMs); torch {meta['torch']}, triton {meta['triton']}, "
-            f"CUDA {meta['cuda']}, Python {meta['python']}",
-            f"- date: {meta['date']}; series hash: {meta['series_hash']}",
-            f"- measured copy bandwidth (read+write): {meta['copy_bandwidth_Bps'] / 1e12:.3f} TB/s",
-            "- roofline = bytes that must be read (target [+draft] probs per token, inv_q per request) / copy bandwidth",
-            f"- timing (main columns): CUDA graph of back-to-back calls over rotating input sets larger than L2 "
-            f"(launch overhead excluded, every call reads DRAM), median of replays; {meta['timing']['rounds']} rounds, "
-            f"variant order rotated; 'eager' columns: triton.testing.do_bench median with L2 flush (includes "
-            f"host launch overhead when that exceeds the flush time); "
-            f"speedup = t({base}) / t(variant), mean over rounds with 95% CI (Student t)",
-            "- variants: " + ", ".join(f"{n} = `{v['path']}`" for n, v in meta["variants"].items()),
-            f"- correctness failures (unwritten, out of vocab, or != own reference): {len(res['failures'])}",
-            "",
-        ]
-        if meta.get("note"):
-            out += [meta["note"], ""]
-    hdr = (
-        "| vocab | req x draft | draft probs | roofline µs | "
-        + " | ".join(f"{n} µs (x roof)" for n in names)
-        + " | "
-        + " | ".join(f"{n} eager µs" for n in names)
-        + " | "
-        + " | ".join(f"{n} vs {base} (95% CI)" for n in names if n != base)
-        + " | exact vs ref |"
-    )
-    out += [hdr, "|" + "---|" * (hdr.count("|") - 1)]
-    for r in rows:
+def sweep(variants, args, vocab, with_draft, device, flush, cyc) -> list[dict]:
+    """Forced launch configs of one module variant against the baseline (graph, eager)."""
+    target = next(v for v in variants if v.name == args.sweep)
+    base = next(v for v in variants if v.name == args.baseline)
+    rows = []
+    for shape in args.sweep_shapes.split(","):
+        counts = draft_counts(shape, 0)
+        for cfg in args.sweep_configs.split(","):
+            config = tuple(int(x) for x in cfg.split(":"))
+            with forced_config(target, config):
+                ok = check_variants([base, target], counts, vocab, with_draft, 5, device)
+                t = time_shape([base, target], counts, vocab, with_draft, 9, device, args,
+                               flush, cyc)  # fmt: skip
+            rows.append(dict(
+                variant=target.name, config=config, vocab=vocab, draft_tokens=counts,
+                draft_probs=with_draft, identical=ok[target.name]["random"]
+                and ok[target.name]["ties"], **{k: t[target.name][k] for k in t[target.name]},
+                baseline={k: t[base.name][k] for k in t[base.name]},
+            ))  # fmt: skip
+            print(f"  sweep {vocab} {shape} dp={with_draft} {config}: graph "
+                  f"{statistics.median(t[target.name]['graph_us']):.1f} vs "
+                  f"{statistics.median(t[base.name]['graph_us']):.1f}", flush=True)  # fmt: skip
+    return rows
+
+
+def progress_line(rows, shape, t0) -> str:
+    r0 = rows[0]
+    head = f"V={r0['vocab']:6d} {shape:>5s} dp={'y' if r0['draft_probs'] else 'n'}"
+    cells = [
+        f"{r['variant']}={statistics.median(r['eager_us']):.1f}/"
+        f"{statistics.median(r['host_us']):.1f}/{statistics.median(r['graph_us']):.1f}"
+        f"{'' if r['identical'] else '!'}"
+        for r in rows
+    ]
+    return f"{head} eager/host/graph us: {' '.join(cells)} [{time.time() - t0:.0f}s]"
+
+
+def shape_label(row) -> str:
+    k = row["draft_tokens"]
+    if isinstance(k, list):
+        return f"ragged {row['requests']} req, {sum(k)} tok"
+    return f"{row['requests']}x{k}"
+
+
+def render_md(result) -> str:
+    """Eager / host / graph medians (of per-round medians) per shape and variant."""
+    rows = result["rows"]
+    names = list(result["variants"])
+    m = result["machine"]
+    out = [
+        "# Recovered-token kernels: eager / host / graph (us, median of rounds)",
+        "",
+        f"- {m['gpu']}, {m['cpu']}; torch {m['torch']}, triton {m['triton']}, "
+        f"CUDA {m['cuda']}, Python {m['python']}; {result['date']}",
+        f"- command: `{result['command']}`",
+        "- variants: " + "; ".join(f"{n} = {v['source']}" for n, v in result["variants"].items()),
+        "- cells: eager / host / graph; `!` = not identical to the reference",
+        "",
+        "| vocab | shape | draft probs | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for i in range(0, len(rows), len(names)):
+        group = rows[i : i + len(names)]
+        r0 = group[0]
         cells = [
-            str(r["vocab"]),
-            f"{r['requests']}x{r['draft_tokens']}",
-            "yes" if r["draft_probs"] else "no",
-            f"{r['roofline_us']:.2f}",
+            f"{statistics.median(r['eager_us']):.1f} / {statistics.median(r['host_us']):.1f}"
+            f" / {statistics.median(r['graph_us']):.1f}{'' if r['identical'] else ' !'}"
+            for r in group
         ]
-        cells += [
-            f"{r['variants'][n]['median_us']:.1f} ({r['variants'][n]['x_roofline']:.2f})"
-            for n in names
-        ]
-        cells += [
-            f"{r['variants'][n]['eager_median_us']:.1f}"
-            if r["variants"][n].get("eager_median_us")
-            else "-"
-            for n in names
-        ]
-        for n in names:
-            if n == base:
-                continue
-            v = r["variants"][n]
-            cells.append(
-                f"{v['speedup_vs_baseline']:.2f} [{v['speedup_ci95'][0]:.2f}, {v['speedup_ci95'][1]:.2f}]"
-            )
-        ex = []
-        for n in names:
-            c = r["correctness"].get(n, {})
-            ct = r["correctness"].get(n + ":ties", {})
-            mm = c.get("mismatch_vs_ref_mul", -1) + ct.get("mismatch_vs_ref_mul", -1)
-            ex.append(f"{n}:{'=' if mm == 0 else mm}")
-        cells.append(" ".join(ex))
-        out.append("| " + " | ".join(cells) + " |")
-    if res.get("sweep") and not short:
-        out += [
-            "",
-            "## Split sweep (candidate, forced configuration)",
-            "",
-            "| vocab | req x draft | draft probs | block | warps | splits | µs | baseline µs | roofline µs | equal |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for s in res["sweep"]:
-            out.append(
-                f"| {s['vocab']} | {s['requests']}x{s['draft_tokens']} | {'yes' if s['draft_probs'] else 'no'} | "
-                f"{s['block']} | {s['num_warps']} | {s['num_splits']} | {s['median_us']:.1f} | "
-                f"{s['baseline_us']:.1f} | {s['roofline_us']:.2f} | {s['equal_to_baseline']} |"
-            )
+        dp = "yes" if r0["draft_probs"] else "no"
+        out.append(f"| {r0['vocab']} | {shape_label(r0)} | {dp} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -163,6 +163,12 @@ def _call(side, case, *, q_fixed=None, config=None, fp64=False):
             mp.setattr(mod, "current_platform", _GPU_PLATFORM)
             if config is not None:
                 mp.setattr(mod, "recovered_tokens_launch_config", lambda *a: config)
+            # The plan is cached per shape: recompute it under this configuration,
+            # and drop it afterwards so that no forced plan outlives the call.
+            plan = getattr(mod, "_recovered_tokens_launch_plan", None)
+            if plan is not None:
+                plan.cache_clear()
+                stack.callback(plan.cache_clear)
         if q_fixed is not None:
             assert not gens
             mp.setattr(torch.Tensor, "exponential_", lambda t, *a, **k: t.copy_(q_fixed))
@@ -376,3 +382,27 @@ def test_cpu_platform_keeps_old_kernel(sides):
         )
     assert not calls
     assert torch.equal(out, _reference(case, _q_of(case)))
+
+
+def test_counters_back_to_zero_between_launches(sides):
+    """The split kernel's last-program election leaves every per-token counter at 0, so
+    launches of any split and layout can follow each other on the shared workspace
+    (a counter left behind would make the next launch reduce too early, or never)."""
+    _, mod = sides["patched"]
+    workspaces = getattr(mod, "_recovered_tokens_workspaces", None)
+    if workspaces is None:
+        pytest.skip("this patched kernel reduces in a second kernel (no counters)")
+    runs = [
+        ("three_slices", "ragged", True),
+        ("slice_per_tile", "b1", False),
+        ("wide_two_slices", "ragged", False),
+        ("two_slices", "ragged", True),
+        ("auto", "b1", True),
+    ]
+    for i, (config, layout, with_draft) in enumerate(runs):
+        case = _case(vocab=V3, with_draft=with_draft, seed=40 + i, **LAYOUTS[layout])
+        got = _call(sides["patched"], case, config=CONFIGS[config])
+        assert torch.equal(got, _reference(case, _q_of(case))), config
+        assert workspaces, "no workspace after a split launch"
+        for _, counters in workspaces.values():
+            assert int(counters.abs().sum()) == 0, config
