@@ -450,6 +450,7 @@ def parse_args(argv=None):
     ap.add_argument("--sweep", default="", help="module variant whose configs to sweep")
     ap.add_argument("--sweep-shapes", default="64x4,128x4")
     ap.add_argument("--sweep-configs", default="", help="splits:block:warps,...")
+    ap.add_argument("--sweep-draft-probs", default="yes", help="sweep with these: no,yes")
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--name", default="kernel_recovered")
     ap.add_argument(
@@ -543,7 +544,7 @@ def main(argv=None) -> int:
                     ))  # fmt: skip
                 print(progress_line(result["rows"][-len(variants) :], shape, t0), flush=True)
                 partial.write_text(json.dumps(result))
-            if args.sweep:
+            if args.sweep and ("yes" if with_draft else "no") in args.sweep_draft_probs:
                 result["sweep"] += sweep(variants, args, vocab, with_draft, device, flush, cyc)
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=1))
     partial.unlink(missing_ok=True)
