@@ -9,10 +9,11 @@ GPU machine, torch + triton only (no vLLM). Every variant is lifted from a copy 
 * ``NAME=FILE``: a patched FILE (patch 0.22.0/0006, 0.33.0/0003): its split-path block,
   from the ``sample_recovered_tokens_split_kernel`` definition to the end of the file,
   run through its own ``_launch_sample_recovered_tokens`` (vLLM's ``num_compute_units``
-  replaced by a cached torch query; everything else verbatim);
-* ``NAME=FILE@direct``: as ``NAME=FILE``, the same plan and workspace, but the kernel is
-  launched through the ``CompiledKernel`` its first launch returned (Triton's per-call
-  argument binding and cache lookup skipped): measures Triton's launch overhead.
+  replaced by a cached torch query; everything else verbatim).
+
+vLLM 0.33.0 launches its kernel through ``triton_kernel_dispatcher_with_warmup``; that
+dispatcher's own host work is not reproduced (the kernel is launched directly with the
+dispatcher's arguments), so 0.33.0's host and eager figures here are lower bounds.
 
 Per shape (vocab x requests x draft tokens, uniform or ragged, with and without draft
 probs), every variant's token ids are compared with the float32 reference of
@@ -130,55 +131,18 @@ def extract_split_path(path: Path, tag: str) -> ModuleType:
     return mod
 
 
-class DirectLauncher:
-    """The new patch's launcher with Triton's JIT dispatch skipped after the first call.
-
-    One ``CompiledKernel`` per specialization this benchmark can hit (draft probs or
-    not, one slice or several, tile, warps, vocab % 16, the score dtype); every tensor
-    is assumed 16-byte aligned (true for fresh torch allocations)."""
-
-    def __init__(self, mod: ModuleType):
-        if not hasattr(mod, "_recovered_tokens_workspace"):
-            raise SystemExit("@direct needs the one-launch split path")
-        self.mod, self.compiled = mod, {}
-
-    def __call__(self, out, cu, ids, draft_probs, target_probs, inv_q, max_spec_len):
-        m = self.mod
-        num_tokens, vocab = ids.shape[0], target_probs.shape[-1]
-        device = target_probs.device
-        splits, split_size, block, warps = m._recovered_tokens_launch_plan(
-            num_tokens, vocab, device
-        )
-        partials, counters = m._recovered_tokens_workspace(device, num_tokens, splits)
-        grid = (cu.shape[0], max_spec_len, splits)
-        no_draft = draft_probs is None
-        key = (no_draft, splits == 1, block, warps, vocab % 16 == 0, inv_q.dtype)
-        kernel = self.compiled.get(key)
-        args = (out, partials, counters, cu, ids, draft_probs, target_probs, inv_q, vocab,
-                split_size, splits)  # fmt: skip
-        if kernel is None:
-            self.compiled[key] = m.sample_recovered_tokens_split_kernel[grid](
-                *args, BLOCK_SIZE=block, NO_DRAFT_PROBS=no_draft, num_warps=warps
-            )
-        else:
-            kernel[grid](*args, block, no_draft)
-
-
 class Variant:
     def __init__(self, spec: str):
         self.name, rest = spec.split("=", 1)
-        direct = rest.endswith("@direct")
-        rest = rest.removesuffix("@direct")
         path, _, kname = rest.partition(":") if ":" in rest else (rest, "", "")
         self.path = Path(path)
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
         tag = "".join(c if c.isalnum() else "_" for c in self.name)
         self.kernel = extract_kernel(self.path, kname, tag) if kname else None
         self.module = None if kname else extract_split_path(self.path, tag)
-        self.direct = DirectLauncher(self.module) if direct else None
         params = list(self.kernel.arg_names) if self.kernel else []
         self.fp64_flag = "USE_FP64_GUMBEL" in params
-        self.source = f"{path}{':' + kname if kname else ''}{' (direct launch)' if direct else ''}"
+        self.source = f"{path}{':' + kname if kname else ''}"
 
     @property
     def supports_fp64(self) -> bool:
@@ -189,7 +153,7 @@ class Variant:
         out = inp["out"][self.name] if out is None else out
         cu, ids, dp, tp, iq = (inp[k] for k in ("cu", "ids", "draft", "target", "inv_q"))
         if self.kernel is None:
-            launch = self.direct or self.module._launch_sample_recovered_tokens
+            launch = self.module._launch_sample_recovered_tokens
             k = inp["max_spec_len"]
             return lambda: launch(out, cu, ids, dp, tp, iq, k)
         grid, vocab, kernel = (inp["batch"], inp["max_spec_len"]), inp["vocab"], self.kernel
@@ -403,9 +367,9 @@ def time_shape(variants, counts, vocab, with_draft, seed, device, args, flush, c
     out = {n: dict(graph_us=[], eager_us=[], host_us=[]) for n in names}
     for r in range(args.rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            out[n]["graph_us"].append(time_graph(graphs[n], calls, args.replays))
-            out[n]["eager_us"].append(time_eager(fns[n], flush, args.eager_samples))
-            out[n]["host_us"].append(time_host(fns[n], args.host_calls, cyc))
+            out[n]["graph_us"].append(round(time_graph(graphs[n], calls, args.replays), 2))
+            out[n]["eager_us"].append(round(time_eager(fns[n], flush, args.eager_samples), 2))
+            out[n]["host_us"].append(round(time_host(fns[n], args.host_calls, cyc), 2))
     del graphs, sets, fns
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -546,7 +510,7 @@ def main(argv=None) -> int:
                 partial.write_text(json.dumps(result))
             if args.sweep and ("yes" if with_draft else "no") in args.sweep_draft_probs:
                 result["sweep"] += sweep(variants, args, vocab, with_draft, device, flush, cyc)
-    (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    (out_dir / f"{args.name}.json").write_text(json.dumps(result, separators=(",", ":")))
     partial.unlink(missing_ok=True)
     (out_dir / f"{args.name}.md").write_text(render_md(result))
     print(render_md(result))
