@@ -29,8 +29,9 @@ variant the median of
   host's issue time of the call and the GPU time after it (the latency a step sees
   when the host is the bottleneck, as at small batch); ``--eager-samples`` samples;
 * ``host_us``: CPU time to issue one call: the GPU is kept busy by a sleep kernel
-  (``torch.cuda._sleep``) so that launches never wait, then ``--host-calls``
-  back-to-back calls are timed with ``time.perf_counter_ns`` and divided.
+  (``torch.cuda._sleep``) so that launches never wait, then back-to-back calls are
+  timed with ``time.perf_counter_ns`` and divided; median of 5 batches of
+  ``--host-calls`` / 5 calls.
 
 Writes ``<name>.json`` (raw format below, partial file while running) and ``<name>.md``.
 JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``,
@@ -328,16 +329,21 @@ def sleep_cycles_per_us() -> float:
     return 10_000_000 / (start.elapsed_time(end) * 1e3)
 
 
-def time_host(fn, calls: int, cycles_per_us: float, busy_us: float = 8000) -> float:
-    """CPU microseconds to issue one call, the GPU kept busy so that no launch waits."""
+def time_host(fn, calls: int, cycles_per_us: float, batches: int = 5) -> float:
+    """CPU microseconds to issue one call, the GPU kept busy so that no launch waits:
+    the median over `batches` batches of calls/batches back-to-back calls (a batch
+    hit by an OS hiccup does not move the median)."""
+    per_batch = max(1, calls // batches)
+    means = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(per_batch * 200 * cycles_per_us))  # ~200 us per call
+        t0 = time.perf_counter_ns()
+        for _ in range(per_batch):
+            fn()
+        means.append((time.perf_counter_ns() - t0) / per_batch / 1e3)
     torch.cuda.synchronize()
-    torch.cuda._sleep(int(busy_us * cycles_per_us))
-    t0 = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter_ns()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls / 1e3
+    return statistics.median(means)
 
 
 # --------------------------------------------------------------------------- main
@@ -456,8 +462,8 @@ def method(args) -> dict:
         f"median of {args.replays} replays / calls",
         eager_us="flush L2 (zero a 256 MB buffer), synchronize, start event, call, end "
         f"event; median of {args.eager_samples} samples",
-        host_us=f"perf_counter_ns over {args.host_calls} back-to-back calls / calls, "
-        "issued while a torch.cuda._sleep kernel keeps the GPU busy",
+        host_us=f"perf_counter_ns over back-to-back calls / calls, median of 5 batches of "
+        f"{args.host_calls // 5} calls, issued while a torch.cuda._sleep kernel keeps the GPU busy",
         rounds=args.rounds, order="variants rotated every round; lists hold per-round medians",
         identical="ids == verify/equivalence/recovered_tokens_ref (float32, lowest index "
         "among maxima, NaN never wins) on random and forced-tie inputs; checks adds NaN rows",
