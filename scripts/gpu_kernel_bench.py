@@ -27,11 +27,12 @@ variant the median of
 * ``eager_us``: one eager call from an idle GPU with L2 flushed: write a 256 MB buffer,
   synchronize, record a start event, call, record an end event; the events span the
   host's issue time of the call and the GPU time after it (the latency a step sees
-  when the host is the bottleneck, as at small batch); ``--eager-samples`` samples;
+  when the host is the bottleneck, as at small batch); median of ``--eager-samples``
+  samples, the variants alternating sample by sample;
 * ``host_us``: CPU time to issue one call: the GPU is kept busy by a sleep kernel
   (``torch.cuda._sleep``) so that launches never wait, then back-to-back calls are
   timed with ``time.perf_counter_ns`` and divided; median of 5 batches of
-  ``--host-calls`` / 5 calls.
+  ``--host-calls`` / 5 calls, the variants alternating batch by batch.
 
 Writes ``<name>.json`` (raw format below, partial file while running) and ``<name>.md``.
 JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``,
@@ -304,19 +305,21 @@ def time_graph(graph, calls: int, replays: int) -> float:
     )
 
 
-def time_eager(fn, flush: torch.Tensor, samples: int) -> float:
-    """Median microseconds of one eager call issued to an idle GPU with L2 flushed."""
-    times = []
-    start, end = _events(1)[0], _events(1)[0]
+def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int) -> dict:
+    """Per variant, the median microseconds of one eager call issued to an idle GPU with
+    L2 flushed; the variants alternate sample by sample (paired against host drift)."""
+    times = {n: [] for n in order}
+    start, end = _events(2)
     for _ in range(samples):
-        flush.zero_()
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+        for n in order:
+            flush.zero_()
+            torch.cuda.synchronize()
+            start.record()
+            fns[n]()
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end) * 1e3)
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def sleep_cycles_per_us() -> float:
@@ -329,21 +332,22 @@ def sleep_cycles_per_us() -> float:
     return 10_000_000 / (start.elapsed_time(end) * 1e3)
 
 
-def time_host(fn, calls: int, cycles_per_us: float, batches: int = 5) -> float:
-    """CPU microseconds to issue one call, the GPU kept busy so that no launch waits:
-    the median over `batches` batches of calls/batches back-to-back calls (a batch
-    hit by an OS hiccup does not move the median)."""
+def time_host(fns: dict, order: list, calls: int, cycles_per_us: float, batches=5) -> dict:
+    """Per variant, CPU microseconds to issue one call, the GPU kept busy so that no
+    launch waits: the median over `batches` batches of calls/batches back-to-back calls
+    (a batch hit by an OS hiccup does not move it); variants alternate batch by batch."""
     per_batch = max(1, calls // batches)
-    means = []
+    means = {n: [] for n in order}
     for _ in range(batches):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(per_batch * 200 * cycles_per_us))  # ~200 us per call
-        t0 = time.perf_counter_ns()
-        for _ in range(per_batch):
-            fn()
-        means.append((time.perf_counter_ns() - t0) / per_batch / 1e3)
+        for n in order:
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(per_batch * 200 * cycles_per_us))  # ~200 us per call
+            t0 = time.perf_counter_ns()
+            for _ in range(per_batch):
+                fns[n]()
+            means[n].append((time.perf_counter_ns() - t0) / per_batch / 1e3)
     torch.cuda.synchronize()
-    return statistics.median(means)
+    return {n: statistics.median(m) for n, m in means.items()}
 
 
 # --------------------------------------------------------------------------- main
@@ -372,10 +376,14 @@ def time_shape(variants, counts, vocab, with_draft, seed, device, args, flush, c
     fns = {v.name: v.launcher(sets[0]) for v in variants}
     out = {n: dict(graph_us=[], eager_us=[], host_us=[]) for n in names}
     for r in range(args.rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for n in order:
             out[n]["graph_us"].append(round(time_graph(graphs[n], calls, args.replays), 2))
-            out[n]["eager_us"].append(round(time_eager(fns[n], flush, args.eager_samples), 2))
-            out[n]["host_us"].append(round(time_host(fns[n], args.host_calls, cyc), 2))
+        eager = time_eager(fns, order, flush, args.eager_samples)
+        host = time_host(fns, order, args.host_calls, cyc)
+        for n in order:
+            out[n]["eager_us"].append(round(eager[n], 2))
+            out[n]["host_us"].append(round(host[n], 2))
     del graphs, sets, fns
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -436,9 +444,8 @@ def _use_dry_timers() -> None:
     """--dry-run: the timers call once and return 0; no CUDA anywhere."""
     g = globals()
 
-    def once(fn, *_a, **_k):
-        fn()
-        return 0.0
+    def once(fns, order, *_a, **_k):
+        return {n: fns[n]() or 0.0 for n in order}
 
     g["capture"] = lambda fns, calls: [f() for f in fns]
     g["n_input_sets"] = lambda *_a: 2
@@ -461,9 +468,10 @@ def method(args) -> dict:
         graph_us="CUDA graph of back-to-back calls over rotating input sets (>= 150 MB), "
         f"median of {args.replays} replays / calls",
         eager_us="flush L2 (zero a 256 MB buffer), synchronize, start event, call, end "
-        f"event; median of {args.eager_samples} samples",
+        f"event; median of {args.eager_samples} samples, variants alternating per sample",
         host_us=f"perf_counter_ns over back-to-back calls / calls, median of 5 batches of "
-        f"{args.host_calls // 5} calls, issued while a torch.cuda._sleep kernel keeps the GPU busy",
+        f"{args.host_calls // 5} calls, variants alternating per batch, issued while a "
+        "torch.cuda._sleep kernel keeps the GPU busy",
         rounds=args.rounds, order="variants rotated every round; lists hold per-round medians",
         identical="ids == verify/equivalence/recovered_tokens_ref (float32, lowest index "
         "among maxima, NaN never wins) on random and forced-tie inputs; checks adds NaN rows",
