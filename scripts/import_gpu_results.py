@@ -15,7 +15,8 @@ from pathlib import Path
 
 from verify import build_ab, results, sparse_penalties
 from verify.e2e.serving import interval_verdict
-from verify.growth import length_growth, length_verdict
+from verify.verdicts import growth
+from verify.verdicts.growth import length_growth
 
 ROOT = Path(__file__).resolve().parent.parent / "results" / "gpu"
 DEVICE_NOTE = "(device run: H100, vLLM offline bundle, see results/gpu/README.md)"
@@ -330,7 +331,8 @@ def micro_003(version: str) -> dict | None:
         "note": "host time per decode step on the GPU machine's CPU",
     }
     # Rule (issue 8, step 2): verify.growth (pristine grows > 4x, patched < 2x).
-    ok, reason = length_verdict(rows)
+    judged = growth.judge(rows)
+    ok, reason = judged.outcome == "pass", judged.reason
     return _record(
         src, "microbench-gpu-003", "003", "pass" if ok else "fail", numbers, reason, [table]
     )

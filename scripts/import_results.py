@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 
 from verify import build_ab, results, sparse_penalties
-from verify.growth import length_growth, length_verdict
+from verify.verdicts import growth
+from verify.verdicts.growth import length_growth
 
 ROOT = Path(__file__).resolve().parent.parent / "results"
 
@@ -52,7 +53,8 @@ def bench_003() -> None:
         "logx": True,
         "title": "per-step CPU cost vs generated length",
     }
-    ok, reason = length_verdict(rows)
+    judged = growth.judge(rows)
+    ok, reason = judged.outcome == "pass", judged.reason
     numbers = {
         "batch": data["params"]["batch"],
         "growth_shortest_to_longest_L": length_growth(rows),
