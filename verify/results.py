@@ -123,6 +123,14 @@ def harness_of(version: str, step: str) -> str:
     return registry.harness_hash(files)
 
 
+def restamp(record: dict[str, Any], recorded_series: str) -> None:
+    """Give `record` the series hash its run recorded; when that is not the current series,
+    the per-patch diff hashes of the current files do not describe the run: "unknown"."""
+    record["series_hash"] = recorded_series
+    if recorded_series != series_hash(record["vllm_version"]):
+        record["patches"] = dict.fromkeys(record["patches"], "unknown")
+
+
 def staleness(record: dict[str, Any], slug: str, version: str) -> str:
     """ "" when the record is current evidence for patch `slug`, else the named reason."""
     stamped = record.get("stamped_series")
@@ -130,7 +138,7 @@ def staleness(record: dict[str, Any], slug: str, version: str) -> str:
         return f"tree not the stamped series (tree {stamped}, record {record.get('series_hash')})"
     recorded = record.get("patches", {}).get(slug)
     current = patch_hashes(version, record.get("step", ""), [slug])[slug]
-    if recorded is None:
+    if recorded in (None, "unknown"):
         if record.get("series_hash") != series_hash(version):
             return f"recorded for series {record.get('series_hash')} without per-patch hashes"
     elif recorded != current:
