@@ -95,21 +95,29 @@ def make(
     return record
 
 
-def _steps_naming(version: str, step: str) -> list[registry.Step]:
+def _steps_naming(
+    version: str, step: str, registry_root: Path | None = None
+) -> list[registry.Step]:
     return [
         s
-        for e in registry.load().values()
+        for e in registry.load(registry_root).values()
         if version in e.pins
         for s in e.steps_on(version)
         if step in s.records
     ]
 
 
-def patch_hashes(version: str, step: str, ids: list[str] | None = None) -> dict[str, str]:
+def patch_hashes(
+    version: str,
+    step: str,
+    ids: list[str] | None = None,
+    patches_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> dict[str, str]:
     """{patch id: current diff hash} of the patches `step` is evidence for on `version`."""
-    entries = registry.load()
+    entries = registry.load(registry_root)
     ids = registry.patches_for_record(version, step, entries) if ids is None else ids
-    by_subject = {p.subject: p for p in read_series(version)}
+    by_subject = {p.subject: p for p in read_series(version, patches_root)}
     out = {}
     for slug in ids:
         patch = by_subject.get(entries[slug].pins.get(version, "")) if slug in entries else None
@@ -117,9 +125,9 @@ def patch_hashes(version: str, step: str, ids: list[str] | None = None) -> dict[
     return out
 
 
-def harness_of(version: str, step: str) -> str:
+def harness_of(version: str, step: str, registry_root: Path | None = None) -> str:
     """Hash of every harness file the registry names for record `step` on `version`."""
-    files = sorted({f for s in _steps_naming(version, step) for f in s.harness})
+    files = sorted({f for s in _steps_naming(version, step, registry_root) for f in s.harness})
     return registry.harness_hash(files)
 
 
@@ -131,20 +139,27 @@ def restamp(record: dict[str, Any], recorded_series: str) -> None:
         record["patches"] = dict.fromkeys(record["patches"], "unknown")
 
 
-def staleness(record: dict[str, Any], slug: str, version: str) -> str:
-    """ "" when the record is current evidence for patch `slug`, else the named reason."""
+def staleness(
+    record: dict[str, Any],
+    slug: str,
+    version: str,
+    patches_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> str:
+    """Empty when the record is current evidence for patch `slug`, else the named reason."""
     stamped = record.get("stamped_series")
     if stamped and stamped != record.get("series_hash"):
         return f"tree not the stamped series (tree {stamped}, record {record.get('series_hash')})"
     recorded = record.get("patches", {}).get(slug)
-    current = patch_hashes(version, record.get("step", ""), [slug])[slug]
+    step = record.get("step", "")
+    current = patch_hashes(version, step, [slug], patches_root, registry_root)[slug]
     if recorded in (None, "unknown"):
-        if record.get("series_hash") != series_hash(version):
+        if record.get("series_hash") != series_hash(version, patches_root):
             return f"recorded for series {record.get('series_hash')} without per-patch hashes"
     elif recorded != current:
         return f"patch changed (diff {recorded} -> {current})"
     harness = record.get("harness_hash")
-    if harness and harness != harness_of(version, record.get("step", "")):
+    if harness and harness != harness_of(version, step, registry_root):
         return "harness changed"
     return ""
 
