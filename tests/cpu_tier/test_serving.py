@@ -119,16 +119,3 @@ def test_parse_bench_and_ratio_ci(tmp_path):
     assert odd["ratio"] is None and "0.0024" in odd["degenerate"]
     row = serving.table({"median_itl_ms": {"pristine_mean": 2.9, "patched_mean": 3.9, **odd}})
     assert "n/a (a round measured ~0)" in row
-
-
-@pytest.mark.parametrize(
-    "ci95,verdict",
-    [
-        ([0.82, 1.20], "no difference resolved"),
-        ([0.64, 0.96], "patched slower"),
-        ([1.02, 1.30], "patched faster"),
-        ([None, None], "no interval"),
-    ],
-)
-def test_interval_verdict(ci95, verdict):
-    assert serving.interval_verdict(*ci95) == verdict
