@@ -245,3 +245,50 @@ def test_apply_record_fails_when_sparse_is_clearly_faster_on_cuda(mod, tmp_path)
     _write(tmp_path, "micro-003-apply", _apply_bench({256: 1.5, 4096: 0.9}))
     record = mod.micro_003_apply("0.22.0")
     assert record["outcome"] == "fail" and "unused on cuda" in record["reason"]
+
+
+def _contract(eager_split: float, identical: bool = True) -> dict:
+    rounds = [1.0, 1.02, 0.99, 1.01, 1.0]
+    shape = {"vocab": 151936, "requests": 1, "draft_tokens": [1, 3], "draft_probs": False}
+    row = {"baseline": "0.22.0", **shape, "graph_us": [x * 40 for x in rounds]}
+    return {
+        "machine": {
+            "python": "3.12.3",
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "cpu": "Xeon",
+            "torch": "2.11.0",
+            "triton": "3.6.0",
+            "cuda": "13.0",
+        },  # fmt: skip
+        "command": "python3 scripts/gpu_kernel_bench.py",
+        "date": "2026-11-25T00:00:00+00:00",
+        "rows": [
+            {
+                **row,
+                "variant": "0.22.0",
+                "identical": True,
+                "eager_us": [x * 50 for x in rounds],
+                "host_us": [x * 20 for x in rounds],
+            },
+            {
+                **row,
+                "variant": "0.22.0+010",
+                "identical": identical,
+                "eager_us": [x * eager_split for x in rounds],
+                "host_us": [x * 19 for x in rounds],
+            },
+        ],  # fmt: skip
+    }
+
+
+@pytest.mark.parametrize(
+    ("eager", "identical", "outcome"),
+    [(20.0, True, "pass"), (80.0, True, "fail"), (20.0, False, "fail")],
+)
+def test_kernel_records_read_the_raw_data_contract(mod, tmp_path, eager, identical, outcome):
+    (tmp_path / "0.22.0" / mod.KERNEL_FILE).write_text(json.dumps(_contract(eager, identical)))
+    records = {r["step"]: r for r in mod.kernels("0.22.0")}
+    split = records["kernel-010"]
+    assert split["outcome"] == outcome and split["machine"]["python"] == "3.12.3"
+    assert list(split["patches"]) == ["recovered-tokens-split-vocab"]
+    assert "ragged" in split["tables"][0]

@@ -25,6 +25,7 @@ Record = dict[str, Any]
 KINDS = registry.KINDS
 PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
 MAX_ROWS = 4
+MAX_LINES = 80
 _LOCAL = re.compile(r"(?<![\w.])(?:/root|/tmp|/home|/work|/Users|~)/[^\s`'\",)\]]*|\.gpu/\S+")
 
 
@@ -37,6 +38,11 @@ def _wrap(text: str, indent: str = "") -> str:
     return textwrap.fill(
         text, 100, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
     )
+
+
+def _count(lines: list[str]) -> int:
+    """Rendered lines (an element may hold a wrapped paragraph)."""
+    return sum(line.count("\n") + 1 for line in lines)
 
 
 def _fmt(value: Any) -> str:
@@ -268,15 +274,24 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
         short = detail if len(detail) <= 160 else detail[:157] + "..."
         lines.append(f"| {step.title} | {device} | {state} | {short or '-'} |")
     lines.append("")
+    env = ["### Environment", "", *_environment(evidence), ""]
+    footer = 5
+    moved = 0
     for step, _state, _, records in evidence.rows:
         if step.rule not in PERF_RULES:
             continue
         tables = [row for r in records for row in ratio_table(r.get("numbers", {}))]
-        if tables:
-            lines += [f"**{step.title}** (before/after):", "", *tables, ""]
-    env = _environment(evidence)
-    if env:
-        lines += ["### Environment", "", *env, ""]
+        block = [f"**{step.title}** (before/after):", "", *tables, ""]
+        if not tables:
+            continue
+        if _count(lines) + len(block) + _count(env) + footer > MAX_LINES:
+            moved += 1
+            continue
+        lines += block
+    if moved:
+        lines += [f"(before/after tables of {moved} more step(s) in the appendix)", ""]
+    if len(env) > 3:
+        lines += env
     if any(r.get("tables") or r.get("numbers") for *_, recs in evidence.rows for r in recs):
         lines.append(
             _wrap(
