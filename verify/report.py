@@ -160,7 +160,10 @@ class PatchEvidence:
         step with a record, as the rule stated it."""
         ranked = sorted(
             (row for row in self.rows if row[3]),
-            key=lambda row: row[0].rule not in PERF_RULES,
+            key=lambda row: (
+                row[0].rule not in PERF_RULES,
+                not any(_ratio_rows(r.get("numbers", {})) for r in row[3]),
+            ),
         )
         if not ranked:
             return "No step of this patch has a record on this pin yet."
@@ -170,7 +173,8 @@ class PatchEvidence:
         reason = "; ".join(parts[:3]) + (
             f"; ... ({len(parts) - 3} more below)" if len(parts) > 3 else ""
         )
-        return f"{step.title}: **{state}**" + (f" - {reason}" if reason else "")
+        note = f" ({step.note})" if step.note else ""
+        return f"{step.title}{note}: **{state}**" + (f" - {reason}" if reason else "")
 
 
 def shell(command: str) -> list[str]:

@@ -132,9 +132,11 @@ def harness_of(version: str, step: str, registry_root: Path | None = None) -> st
 
 
 def restamp(record: dict[str, Any], recorded_series: str) -> None:
-    """Give `record` the series hash its run recorded; when that is not the current series,
-    the per-patch diff hashes of the current files do not describe the run: "unknown"."""
+    """Give an imported `record` the series hash its run recorded (when that is not the current
+    series, the current per-patch diff hashes do not describe the run: "unknown") and no
+    harness hash (the run did not record one; staleness then rests on the patch hashes)."""
     record["series_hash"] = recorded_series
+    record["harness_hash"] = None  # an imported run did not record the harness it ran
     if recorded_series != series_hash(record["vllm_version"]):
         record["patches"] = dict.fromkeys(record["patches"], "unknown")
 

@@ -61,9 +61,28 @@ def _bench(
     return record
 
 
-def _bool_verdict(ok_reason: tuple[bool, str]) -> Verdict:
+def _bool_verdict(ok_reason: tuple[bool, str], effect: str = "") -> Verdict:
+    """A (ok, reason) rule as a Verdict; `effect` states the measured effect on a pass."""
     ok, reason = ok_reason
-    return Verdict(PASS, reason) if ok else Verdict(FAIL, reason)
+    return Verdict(PASS, reason or effect) if ok else Verdict(FAIL, reason)
+
+
+def build_effect(rows: list) -> str:
+    """verify.build_ab rows: per-row loop time / one-gather time per length, with its CI."""
+    return "per-row loop / one gather: " + ", ".join(
+        f"{r['a_over_b']:.2f}x [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] at L={r['L']}" for r in rows
+    )
+
+
+def apply_effect(rows: list) -> str:
+    """verify.sparse_penalties rows: dense / sparse (and dense / one-pass) median step time."""
+    parts = [
+        f"dense / one-pass {r['dense_over_one_pass_median_of_steps']:.2f}x at L={r['L']}"
+        for r in rows
+        if "dense_over_one_pass_median_of_steps" in r
+    ]
+    parts += [f"dense / sparse {r['ratio_median_of_steps']:.2f}x at L={r['L']}" for r in rows]
+    return "; ".join(parts) + " (medians of interleaved steps; no interval recorded)"
 
 
 def _growth_table(rows: list) -> str:
@@ -96,7 +115,7 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-apply",
             root / "bench_penalties_apply.json",
-            lambda p, rows: _bool_verdict(sparse_penalties.verdict(p, rows)),
+            lambda p, rows: _bool_verdict(sparse_penalties.verdict(p, rows), apply_effect(rows)),
             sparse_penalties.numbers,
             sparse_penalties.table,
         ),
@@ -104,7 +123,7 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-build",
             root / "bench_003_build_ab.json",
-            lambda _p, rows: _bool_verdict(build_ab.verdict(rows)),
+            lambda _p, rows: _bool_verdict(build_ab.verdict(rows), build_effect(rows)),
             build_ab.numbers,
             build_ab.table,
         ),

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
+from verify.importer.cpu import apply_effect, build_effect
 from verify.verdicts import (
     FAIL,
     Verdict,
@@ -407,6 +408,7 @@ def micro_003_apply(version: str) -> dict | None:
     bench, src = loaded
     p, rows = {**bench["params"], "device": bench["device"]}, bench["results"]
     ok, reason = sparse_penalties.verdict(p, rows)
+    reason = reason or apply_effect(rows)
     numbers = sparse_penalties.numbers(p, rows)
     table = sparse_penalties.table(rows)
     # The same sparse function, timed in an earlier device call of series 232dc57cb5 (before
@@ -431,6 +433,7 @@ def micro_003_build(version: str) -> dict | None:
     rows = bench["results"]
     numbers = build_ab.numbers(bench["params"], rows)
     ok, reason = build_ab.verdict(rows)
+    reason = reason or build_effect(rows)
     return _record(
         src,
         "microbench-gpu-003-build",
