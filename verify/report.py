@@ -100,6 +100,19 @@ def _scalar_table(numbers: dict[str, Any]) -> list[str]:
     return [", ".join(f"{k} {_fmt(v)}" for k, v in list(keep.items())[:8])]
 
 
+COUNTS = ("passed", "failed", "skipped", "patched_passed", "patched_failures", "pristine_passed")
+
+
+def counts(records: list[Record]) -> str:
+    """Test counts of test-run records ("569 passed, 2 skipped"), else their pass reasons."""
+    parts = []
+    for r in records:
+        n = r.get("numbers", {})
+        found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
+        parts.append(", ".join(found) if found else r.get("reason", ""))
+    return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
 class PatchEvidence:
     """One patch's steps on one pin with their records and states."""
 
@@ -139,7 +152,7 @@ class PatchEvidence:
             ]
         )
         reasons = "; ".join(dict.fromkeys(filter(None, stale)))
-        detail = outcome.reason if outcome.outcome != verdicts.PASS else ""
+        detail = outcome.reason if outcome.outcome != verdicts.PASS else counts(records)
         detail = detail if detail != "-" else ""
         if reasons:
             return f"{outcome.outcome} (stale)", f"stale: {reasons}" + (
@@ -233,7 +246,8 @@ def _environment(evidence: PatchEvidence) -> list[str]:
         lines.append(_wrap(f"- {label} steps: {text}", "  "))
         if envs or engines:
             lines.append(_wrap(f"  - engine: {' '.join(sorted(envs | engines))}", "    "))
-    if any(st.kind in ("e2e", "serve-bench", "gsm8k", "embeddings") for st, *_ in evidence.rows):
+    engine_kinds = ("e2e", "serve-bench", "gsm8k", "embeddings", "attribution")
+    if any(st.kind in engine_kinds and recs for st, _, _, recs in evidence.rows):
         lines.append(
             _wrap(
                 "- Models: random-weight models built locally (BPE tokenizer trained on gsm8k), "
