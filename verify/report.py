@@ -11,6 +11,7 @@ Machine-local paths never reach a report.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -111,6 +112,17 @@ def counts(records: list[Record]) -> str:
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
+def _structured(numbers: dict[str, Any], width: int = 400) -> list[str]:
+    """Every dict/list value of a record that is not a verify.stats ratio, as compact JSON."""
+    ratios = {name.split(" / ")[0] for name, _ in _ratio_rows(numbers)}
+    out = []
+    for key, value in numbers.items():
+        if isinstance(value, dict | list) and key not in ratios and key != "plot":
+            text = json.dumps(value, default=str)
+            out.append(f"- {key}: `{text[:width]}{' ...' if len(text) > width else ''}`")
+    return out
 
 
 class PatchEvidence:
@@ -295,9 +307,8 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
     env = ["### Environment", "", *_environment(evidence), ""]
     footer = 5
     moved = 0
-    for step, _state, _, records in evidence.rows:
-        if step.rule not in PERF_RULES:
-            continue
+    perf_first = sorted(evidence.rows, key=lambda row: row[0].rule not in PERF_RULES)
+    for step, _state, _, records in perf_first:
         tables = [row for r in records for row in ratio_table(r.get("numbers", {}))]
         block = [f"**{step.title}** (before/after):", "", *tables, ""]
         if not tables:
@@ -335,6 +346,7 @@ def render_appendix(evidence: PatchEvidence) -> str:
                 lines += [r["reason"], ""]
             lines += [*ratio_table(r.get("numbers", {}), limit=1000), ""]
             lines += [*_scalar_table(r.get("numbers", {})), ""]
+            lines += [*_structured(r.get("numbers", {})), ""]
             for table in r.get("tables", []):
                 lines += [table, ""]
     return scrub("\n".join(lines)) + "\n"
