@@ -30,6 +30,7 @@ device = "cpu"
 rule = "tests"
 records = ["equivalence-x"]
 command = "pytest tests/equivalence/test_x.py"
+harness = ["tests/equivalence/test_x.py"]
 
 [[steps]]
 kind = "microbench"
@@ -93,7 +94,13 @@ def built(make_tree, workspace):
     current = series_hash("9.9.0", patches)
     ratio = {"ratio": 0.5, "low": 0.45, "high": 0.55, "n": 6, "mde": 0.04}
     records = {
-        "eq.json": _record("equivalence-x", "pass", patches=own, series=current),
+        "eq.json": _record(
+            "equivalence-x", "pass", patches=own, series=current,
+            numbers={"passed": 9, "files": {
+                "tests/equivalence/test_x.py": {"passed": 3, "failed": 0, "skipped": 0},
+                "tests/equivalence/test_other_patch.py": {"passed": 6, "failed": 0, "skipped": 0},
+            }},
+        ),
         "bench.json": _record(
             "microbench-x", "pass", "faster: time 0.500 [0.450, 0.550], n=6",
             numbers={"time_patched_over_pristine": ratio}, patches=own, series=current,
@@ -120,7 +127,8 @@ def test_report_is_in_pr_template_order_with_numbers_from_records(built):
 
 def test_each_step_states_its_own_outcome(built):
     _, text = built
-    assert "| Equivalence | CPU | pass | - |" in text
+    # Only this patch's own test file is counted, not the seed's other files.
+    assert "| Equivalence | CPU | pass | 3 passed, 0 failed, 0 skipped |" in text
     assert (
         "| Generation A/B (GPU) | GPU | not applicable | CUDA logits keep the dense path |" in text
     )

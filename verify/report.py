@@ -104,11 +104,16 @@ def _scalar_table(numbers: dict[str, Any]) -> list[str]:
 COUNTS = ("passed", "failed", "skipped", "patched_passed", "patched_failures", "pristine_passed")
 
 
-def counts(records: list[Record]) -> str:
-    """Test counts of test-run records ("569 passed, 2 skipped"), else their pass reasons."""
+def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
+    """Test counts of test-run records ("569 passed, 2 skipped"; only the step's own test files
+    where the record counts per file), else their pass reasons."""
     parts = []
     for r in records:
         n = r.get("numbers", {})
+        files = n.get("files") if isinstance(n.get("files"), dict) else {}
+        own = [files[f] for f in harness if f in files]
+        if own:
+            n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
@@ -164,7 +169,9 @@ class PatchEvidence:
             ]
         )
         reasons = "; ".join(dict.fromkeys(filter(None, stale)))
-        detail = outcome.reason if outcome.outcome != verdicts.PASS else counts(records)
+        detail = (
+            outcome.reason if outcome.outcome != verdicts.PASS else counts(records, step.harness)
+        )
         detail = detail if detail != "-" else ""
         if reasons:
             return f"{outcome.outcome} (stale)", f"stale: {reasons}" + (

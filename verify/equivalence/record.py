@@ -38,6 +38,18 @@ def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
     return dict(seeds)
 
 
+def per_file(groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
+    """{tests/equivalence/<file>.py: {passed, failed, skipped}}: the registry names test files,
+    so a report can count the tests of one patch's files."""
+    files: dict[str, dict[str, int]] = {}
+    for kind, ids in groups.items():
+        for where in ids:
+            module = where.rsplit(".", 1)[0] if "." in where else where
+            path = module.replace(".", "/") + ".py"
+            files.setdefault(path, {"passed": 0, "failed": 0, "skipped": 0})[kind] += 1
+    return files
+
+
 def record(version: str, junit: Path, command: str, root: Path | None = None) -> bool:
     """Write the per-seed result files; True if nothing failed."""
     ok = True
@@ -49,7 +61,7 @@ def record(version: str, junit: Path, command: str, root: Path | None = None) ->
             outcome, reason = "pass", ""
         else:
             outcome, reason = "not run", "every test was skipped for this pin"
-        numbers = {**counts, "failed_tests": groups["failed"][:20]}
+        numbers = {**counts, "failed_tests": groups["failed"][:20], "files": per_file(groups)}
         result = results.make(
             f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason, command=command
         )
