@@ -100,7 +100,7 @@ def built(make_tree, workspace):
                 "tests/equivalence/test_x.py": {"passed": 3, "failed": 0, "skipped": 0},
                 "tests/equivalence/test_other_patch.py": {"passed": 6, "failed": 0, "skipped": 0},
             }},
-        ),
+        ) | {"harness_hash": registry.harness_hash(["tests/equivalence/test_x.py"])},
         "bench.json": _record(
             "microbench-x", "pass", "faster: time 0.500 [0.450, 0.550], n=6",
             numbers={"time_patched_over_pristine": ratio}, patches=own, series=current,
