@@ -365,7 +365,9 @@ def _micro_job(version: str, name: str) -> tuple[dict, dict] | None:
     meta = _load(version, "micro")
     if not job or not meta:
         return None
-    return job, {**meta, "command": job["command"], "date": job["date"]}
+    # The job's own provenance (Python, host CPU) where it recorded it, else the step's.
+    own = {k: job[k] for k in ("versions", "machine", "python") if k in job}
+    return job, {**meta, "command": job["command"], "date": job["date"], **own}
 
 
 def micro_003(version: str) -> dict | None:
