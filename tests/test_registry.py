@@ -89,3 +89,18 @@ def test_harness_hash_follows_file_content(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("x = 2\n")
     assert registry.harness_hash(["a.py"], tmp_path) != first
     assert registry.harness_hash([], tmp_path) == "none"
+
+
+def test_every_committed_record_is_attributed_to_a_patch() -> None:
+    from verify import results
+
+    for version in PINS:
+        for record in results.load_all(version):
+            if record["outcome"] == "not run":
+                continue  # e.g. a seed's tests all skipped on a pin that carries no such patch
+            assert registry.patches_for_record(version, record["step"]), record["_path"]
+
+
+def test_cli_check_passes_on_the_committed_registry(capsys) -> None:
+    assert registry.main(["check"]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out

@@ -234,3 +234,32 @@ def harness_hash(paths: tuple[str, ...] | list[str], repo: Path | None = None) -
         digest.update(rel.encode() + b"\0")
         digest.update(path.read_bytes() if path.is_file() else b"<missing>")
     return digest.hexdigest()[:12]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m verify.registry [check|list]``: validate the registry against every pinned
+    series (exit 1 on a problem), or list each entry with its pins and steps."""
+    import argparse
+
+    from verify.versions import PINNED
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("command", nargs="?", default="check", choices=("check", "list"))
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for entry in load().values():
+            pins = ", ".join(entry.pins)
+            print(f"{entry.slug}: {entry.title} [{pins}; {', '.join(entry.devices)}]")
+            for step in entry.steps:
+                where = "n/a" if step.not_applicable else ", ".join(step.records) or "no record"
+                print(f"    {step.kind:<15} {step.device:<5} {step.rule:<12} {where}")
+        return 0
+    problems = validate(list(PINNED))
+    for problem in problems:
+        print(problem)
+    print(f"registry: {len(load())} entries, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

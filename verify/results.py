@@ -177,12 +177,15 @@ def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None
 
 
 def load_all(version: str, root: Path | None = None) -> list[dict[str, Any]]:
-    """Every result file of `version` under results/ (any tier), with its path added."""
+    """Every record of `version` under results/ (any tier), with its path added; raw
+    measurement files kept beside them (no ``schema`` key) are not records."""
     found = []
     for path in sorted((root or paths.results_root()).glob(f"*/{version}/*.json")):
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError:
+            continue
+        if not isinstance(data, dict) or "schema" not in data:
             continue
         data["_path"] = str(path)
         found.append(data)
