@@ -198,3 +198,13 @@ def test_combine_and_vocabulary() -> None:
         Verdict("ok")
     with pytest.raises(ValueError):
         Verdict(FAIL)
+
+
+def test_shapes_fail_on_one_slower_shape_and_pass_on_resolved_speedups() -> None:
+    fast, same, slow = (stats.paired_ratio(BASE, _scaled(f)) for f in (0.5, 1.0, 1.5))
+    v = performance.judge_shapes({"b1": same, "b8": fast, "b64": slow}, 0.02)
+    assert v.outcome == FAIL and "slower at 1 of 3: b64" in v.reason
+    v = performance.judge_shapes({"b1": same, "b8": fast}, 0.02)
+    assert v.outcome == PASS and "faster at 1 of 2" in v.reason and "b1" in v.reason
+    assert performance.judge_shapes({"b1": same}, 0.02).outcome == UNRESOLVED
+    assert performance.judge_shapes({"b1": same}, 0.05, claim="not slower").outcome == PASS
