@@ -286,7 +286,9 @@ def _contract(eager_split: float, identical: bool = True) -> dict:
     [(20.0, True, "pass"), (80.0, True, "fail"), (20.0, False, "fail")],
 )
 def test_kernel_records_read_the_raw_data_contract(mod, tmp_path, eager, identical, outcome):
-    (tmp_path / "0.22.0" / mod.KERNEL_FILE).write_text(json.dumps(_contract(eager, identical)))
+    (tmp_path / "0.22.0" / "kernel_eager_host_run10.json").write_text(
+        json.dumps(_contract(eager, identical))
+    )
     records = {r["step"]: r for r in mod.kernels("0.22.0")}
     split = records["kernel-010"]
     assert split["outcome"] == outcome and split["machine"]["python"] == "3.12.3"

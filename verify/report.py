@@ -115,6 +115,8 @@ def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
         if own:
             n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
+        if found and harness and not own and r["step"].startswith("equivalence-"):
+            found.append("counted over every test file of the record, not per patch")
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
 

@@ -722,9 +722,30 @@ def gsm8k(version: str) -> list[dict]:
 KERNEL_FILE = "kernel_001.json"
 
 
+def is_contract(data: object) -> bool:
+    rows = data.get("rows") if isinstance(data, dict) else None
+    return bool(isinstance(data, dict) and "machine" in data and rows and "variant" in rows[0])
+
+
+def kernel_file(version: str) -> Path | None:
+    """The newest kernel file of `version` in the raw-data contract, else KERNEL_FILE."""
+    contract = []
+    for path in (gpu_root() / version).glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if is_contract(data):
+            contract.append((str(data.get("date", "")), path))
+    if contract:
+        return max(contract)[1]
+    legacy = gpu_root() / version / KERNEL_FILE
+    return legacy if legacy.exists() else None
+
+
 def kernel_rows(data: dict) -> tuple[list[dict], dict, str, str]:
     """(contract rows, machine, command, date) of a kernel file in either format."""
-    if "machine" in data and data.get("rows") and "variant" in data["rows"][0]:
+    if is_contract(data):
         machine = {
             k: data["machine"].get(k, results.UNKNOWN)
             for k in ("python", "gpu", "cpu", "torch", "triton", "cuda")
@@ -761,8 +782,8 @@ def _kernel_table(rows: list[dict], variant: str) -> str:
 def kernels(version: str) -> list[dict]:
     """One record per registry kernel step with a variant on `version` (ratios variant/baseline:
     below 1 is faster)."""
-    path = gpu_root() / version / KERNEL_FILE
-    if not path.exists():
+    path = kernel_file(version)
+    if path is None:
         return []
     rows, machine, command, date = kernel_rows(json.loads(path.read_text()))
     out = []
