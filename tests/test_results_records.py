@@ -61,3 +61,18 @@ def test_machine_provenance_is_taken_as_given() -> None:
     machine = {"python": "3.12.3", "gpu": "H100", "cpu": results.UNKNOWN}
     record = results.make("kernel-010", "010", "0.22.0", "pass", machine=machine)
     assert record["machine"] == machine
+
+
+def test_tree_stamp_names_a_tree_that_is_not_the_series(make_tree, workspace) -> None:
+    from tests.conftest import commit_change
+
+    tree = make_tree("9.9.0")
+    tree.apply()
+    commit_change(tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] A change")
+    tree.export()
+    build, patches = workspace / "build", workspace / "patches"
+    current = results.series_hash("9.9.0", patches)
+    assert results.tree_stamp("9.9.0", build, patches) == current
+    commit_change(tree, "vllm/sampler.py", "x - 1\n", "x - 2\n", "[Perf] Unexported")
+    assert results.tree_stamp("9.9.0", build, patches) == f"differs from {current}"
+    assert results.tree_stamp("1.2.3", build, patches) is None

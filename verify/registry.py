@@ -215,7 +215,11 @@ def diff_hash(patch: Patch, length: int = 12) -> str:
     """Content hash of what a patch does: its diff, without the commit message, the
     format-patch header and the trailing git version signature. Rewording a message keeps
     the evidence fresh; any change to the code or tests the patch touches makes it stale."""
-    text = patch.path.read_text(encoding="utf-8")
+    return diff_hash_text(patch.path.read_text(encoding="utf-8"), length)
+
+
+def diff_hash_text(text: str, length: int = 12) -> str:
+    """`diff_hash` of one format-patch text."""
     start = text.find("\ndiff --git ")
     diff = text[start + 1 :] if start >= 0 else text
     diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)

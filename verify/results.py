@@ -131,6 +131,31 @@ def harness_of(version: str, step: str, registry_root: Path | None = None) -> st
     return registry.harness_hash(files)
 
 
+def tree_stamp(
+    version: str, build_root: Path | None = None, patches_root: Path | None = None
+) -> str | None:
+    """What the build tree of `version` holds: the current series hash when its commits after
+    ``pristine`` carry exactly the diffs of the series' patches, in order; otherwise
+    "differs from <hash>"; None when there is no build tree. Records made from that tree are
+    stamped with it (`make(stamped_series=...)`), so a record of a tree that was not the series
+    is named stale ("tree not the stamped series")."""
+    import tempfile
+
+    from verify.buildtree import BuildTree
+
+    tree = BuildTree(version, build_root, patches_root)
+    if not tree.exists():
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        tree_hashes = [
+            registry.diff_hash_text(path.read_text(encoding="utf-8"))
+            for path in tree._format_patch(Path(tmp))
+        ]
+    current = series_hash(version, patches_root)
+    series = [registry.diff_hash(p) for p in read_series(version, patches_root)]
+    return current if tree_hashes == series else f"differs from {current}"
+
+
 def restamp(record: dict[str, Any], recorded_series: str) -> None:
     """Give an imported `record` the series hash its run recorded (when that is not the current
     series, the current per-patch diff hashes do not describe the run: "unknown") and no

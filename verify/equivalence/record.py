@@ -50,9 +50,17 @@ def per_file(groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
     return files
 
 
-def record(version: str, junit: Path, command: str, root: Path | None = None) -> bool:
-    """Write the per-seed result files; True if nothing failed."""
+def record(
+    version: str,
+    junit: Path,
+    command: str,
+    root: Path | None = None,
+    stamped: str | None = None,
+) -> bool:
+    """Write the per-seed result files, stamped with what the tested build tree holds
+    (`results.tree_stamp`, unless given); True if nothing failed."""
     ok = True
+    stamped = stamped if stamped is not None else results.tree_stamp(version)
     for seed, groups in sorted(summarize(junit).items()):
         counts = {kind: len(ids) for kind, ids in groups.items()}
         if groups["failed"]:
@@ -63,8 +71,9 @@ def record(version: str, junit: Path, command: str, root: Path | None = None) ->
             outcome, reason = "not run", "every test was skipped for this pin"
         numbers = {**counts, "failed_tests": groups["failed"][:20], "files": per_file(groups)}
         result = results.make(
-            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason, command=command
-        )
+            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason,
+            command=command, stamped_series=stamped,
+        )  # fmt: skip
         results.write(result, "cpu", f"equivalence-{seed}", root)
     return ok
 
