@@ -791,10 +791,11 @@ def kernels(version: str) -> list[dict]:
         for step in entry.steps_on(version):
             if step.rule != "kernel" or not step.variant or version not in entry.pins:
                 continue
-            verdict = kernel.judge(rows, step.variant, step.threshold, step.claim)
+            variant = step.variant.format(pin=version)
+            verdict = kernel.judge(rows, variant, step.threshold, step.claim)
             numbers = {
                 **verdict.numbers,
-                "variant": step.variant,
+                "variant": variant,
                 "source": path.name,
                 "ratios": "variant/baseline time; below 1 is faster",
             }
@@ -807,7 +808,7 @@ def kernels(version: str) -> list[dict]:
                     numbers,
                     reason=verdict.reason,
                     command=command,
-                    tables=[_kernel_table(rows, step.variant)],
+                    tables=[_kernel_table(rows, variant)],
                     machine=machine,
                     date=date,
                     patches=[entry.slug],
