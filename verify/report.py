@@ -73,8 +73,8 @@ def _ratio_text(r: dict) -> str:
     return f"{r['ratio']:.3f}{ci}"
 
 
-def ratio_table(numbers: dict[str, Any], limit: int = MAX_ROWS) -> list[str]:
-    rows = _ratio_rows(numbers)
+def ratio_table(numbers: dict[str, Any], limit: int = MAX_ROWS, prefix: str = "") -> list[str]:
+    rows = [(prefix + name, r) for name, r in _ratio_rows(numbers)]
     if not rows:
         return []
     out = ["| measure | patched / pristine (95% CI) | rounds | MDE |", "|---|---|---|---|"]
@@ -318,7 +318,14 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
     moved = 0
     perf_first = sorted(evidence.rows, key=lambda row: row[0].rule not in PERF_RULES)
     for step, _state, _, records in perf_first:
-        tables = [row for r in records for row in ratio_table(r.get("numbers", {}))]
+        with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
+        tables = [
+            row
+            for i, r in enumerate(with_ratios)
+            for row in ratio_table(
+                r["numbers"], prefix=f"{r['step']}: " if len(with_ratios) > 1 else ""
+            )[(2 if i else 0) :]  # one header for the step's records
+        ]
         block = [f"**{step.title}** (before/after):", "", *tables, ""]
         if not tables:
             continue
