@@ -26,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from verify import stats  # noqa: E402
+
 VOCAB = 151_936
 PROMPT_LEN = 512
 
@@ -72,12 +75,10 @@ class Batch:
             self.num_tokens[i] = pos
 
 
-def ratio_ci(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """Mean of per-step a/b with a 95% normal interval."""
-    r = [x / y for x, y in zip(a, b, strict=True)]
-    m = statistics.fmean(r)
-    h = 1.96 * statistics.stdev(r) / len(r) ** 0.5 if len(r) > 1 else float("nan")
-    return m, m - h, m + h
+def ratio_ci(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
+    """Paired ratio a/b per step through verify.stats (geometric mean, log-scale 95% interval)."""
+    r = stats.paired_ratio(b, a)
+    return r.ratio, r.low, r.high
 
 
 def main() -> int:

@@ -77,7 +77,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import math
 import os
 import platform
 import shlex
@@ -96,6 +95,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
+from verify import stats  # noqa: E402
 from verify.equivalence import roots as _roots  # noqa: E402
 
 STEP = "micro-002"
@@ -173,13 +173,6 @@ SETTINGS: dict[tuple[str, bool], dict[str, Any]] = {
     },
 }
 
-#: Two-sided 95% Student-t quantiles by degrees of freedom (1..30).
-T975 = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-]  # fmt: skip
-
 
 class SetupError(RuntimeError):
     """A problem with the inputs or the environment; the message says what to do."""
@@ -187,10 +180,6 @@ class SetupError(RuntimeError):
 
 def say(message: str) -> None:
     print(f"[{STEP} {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def t975(df: int) -> float:
-    return T975[df - 1] if 1 <= df <= len(T975) else 1.96
 
 
 # =============================================================================================
@@ -512,12 +501,13 @@ def _paired(p_meds: list[float], q_meds: list[float]) -> dict[str, Any]:
             "patched": [x * 1e6 for x in q_meds],
         },
         "ratios": ratios,
-        "speedup": statistics.fmean(ratios) if ratios else None,
+        "speedup": None,
         "ci95": None,
     }
-    if len(ratios) >= 2:
-        half = t975(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
-        out["ci95"] = [out["speedup"] - half, out["speedup"] + half]
+    if ratios:  # verify.stats: geometric mean, log-scale 95% interval, MDE
+        r = stats.ratio_of_ratios(ratios)
+        out.update(speedup=r.ratio, mde=r.mde)
+        out["ci95"] = [r.low, r.high] if r.low is not None else None
     return out
 
 

@@ -50,6 +50,9 @@ MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
 SHIMS = Path("/tmp/pb-shims")
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent.parent))
+
+from verify import stats  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
 
 
 def compile_env(env: dict[str, str], step: str) -> dict[str, str]:
@@ -217,17 +220,15 @@ def site_of(variant: str) -> Path:
 # ---------------------------------------------------------------------------------------------
 # statistics
 def ratio_ci(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of b/a over paired rounds, with a Student-t 95% CI when there are >= 2 rounds."""
-    ratios = [y / x for x, y in zip(a, b, strict=True) if x]
-    if not ratios:
+    """Paired ratio b/a of interleaved rounds through verify.stats (geometric mean, log-scale
+    95% interval, minimum detectable effect); rounds where a is 0 are left out."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
+    if not pairs:
         return {"ratio": float("nan"), "n": 0}
-    mean = statistics.fmean(ratios)
-    out = {"ratio": mean, "n": len(ratios)}
-    if len(ratios) > 1:
-        t975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262]
-        t = t975[len(ratios) - 2] if len(ratios) - 2 < len(t975) else 1.96
-        half = t * statistics.stdev(ratios) / math.sqrt(len(ratios))
-        out.update(ci95_low=mean - half, ci95_high=mean + half)
+    r = stats.paired_ratio([x for x, _ in pairs], [y for _, y in pairs])
+    out = {"ratio": r.ratio, "n": r.n}
+    if r.low is not None:
+        out.update(ci95_low=r.low, ci95_high=r.high, mde=r.mde)
     return out
 
 

@@ -27,6 +27,9 @@ def test_record_per_seed(tmp_path):
     r001 = json.loads((folder / "equivalence-001.json").read_text())
     r002 = json.loads((folder / "equivalence-002.json").read_text())
     assert (r003["outcome"], r003["numbers"]["passed"]) == ("pass", 2)
+    assert r003["numbers"]["files"] == {
+        "tests/equivalence/test_003_penalties.py": {"passed": 2, "failed": 0, "skipped": 0}
+    }
     assert r001["outcome"] == "fail"
     assert r001["numbers"]["failed_tests"] == ["tests.equivalence.test_001_recovered.test_c"]
     assert r002["outcome"] == "not run"

@@ -1,103 +1,194 @@
-"""Reports: PR-template order, 'not run' marking, fail wins, plots, the index matrix."""
+"""Reports: PR-template order, evidence per patch from the registry, outcomes a reviewer can
+trust (not applicable / not run / stale), numbers from records only, paste-ready size."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import TRAILERS, commit_change
-from verify import report
+from verify import registry, report
+from verify.errors import PatchbenchError
+from verify.series import read_series, series_hash
+
+ENTRY = """title = "Faster penalties"
+devices = ["cpu"]
+upstream_figure = "PR #1: 2x faster"
+why = "The penalty build grows with L."
+how = "Build it once."
+related_pr = "none"
+future_plan = "Upstream it."
+
+[pins]
+"9.9.0" = "[Perf] Faster penalties"
+
+[[steps]]
+kind = "equivalence"
+title = "Equivalence"
+device = "cpu"
+rule = "tests"
+records = ["equivalence-x"]
+command = "pytest tests/equivalence/test_x.py"
+harness = ["tests/equivalence/test_x.py"]
+
+[[steps]]
+kind = "microbench"
+title = "Penalty build A/B"
+device = "cpu"
+rule = "performance"
+records = ["microbench-x"]
+command = "python scripts/bench_x.py --lengths 256,4096   (this project)"
+
+[[steps]]
+kind = "upstream-tests"
+title = "Upstream tests"
+device = "cpu"
+rule = "tests"
+records = ["upstream-x"]
+upstream = true
+command = "pytest tests/v1/sample/test_penalties.py"
+
+[[steps]]
+kind = "serve-bench"
+title = "Serving benchmark"
+device = "cpu"
+rule = "serve-bench"
+records = ["serve-x"]
+command = "vllm bench serve --model $MODEL"
+
+[[steps]]
+kind = "e2e"
+title = "Generation A/B (GPU)"
+device = "cuda"
+rule = "identity"
+records = []
+command = "-"
+not_applicable = "CUDA logits keep the dense path"
+"""
 
 
-def _result(step, seed, outcome, reason="", numbers=None, series="current"):
+def _record(step, outcome, reason="", numbers=None, patches=None, series="current"):
     return {
-        "schema": 1, "step": step, "seed": seed, "vllm_version": "9.9.0", "series_hash": series,
-        "machine": {"cpu": "AMD EPYC", "gpu": None}, "date": "2026-11-23T00:00:00+00:00",
-        "command": f"nox -s {step}", "outcome": outcome, "reason": reason,
-        "numbers": numbers or {}, "tables": [],
+        "schema": 2, "step": step, "seed": "x", "vllm_version": "9.9.0", "series_hash": series,
+        "patches": patches or {}, "harness_hash": "none",
+        "machine": {"cpu": "AMD EPYC", "python": "3.11.7", "gpu": None},
+        "date": "2026-11-23T00:00:00+00:00", "command": "nox -s x /root/secret/path",
+        "outcome": outcome, "reason": reason, "numbers": numbers or {}, "tables": [],
     }  # fmt: skip
 
 
-def test_report_marks_missing_steps_not_run(make_tree, workspace):
+@pytest.fixture
+def built(make_tree, workspace):
     tree = make_tree("9.9.0")
     tree.apply()
-    trailers = TRAILERS.replace("tests/test_sampler.py", "tests/equivalence/test_003_penalties.py")
     commit_change(
-        tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Faster penalties", trailers
+        tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Faster penalties", TRAILERS
     )
     tree.export()
-    from verify.series import series_hash
-
-    current = series_hash("9.9.0", workspace / "patches")
-    results = workspace / "results" / "cpu" / "9.9.0"
-    results.mkdir(parents=True)
-    plot = {"x": [1, 2], "series": {"pristine": [1, 2], "patched": [1, 1]}, "xlabel": "L"}
-    files = {
-        "eq.json": _result("equivalence", "003", "pass", numbers={"passed": 12}),
-        "bench.json": _result(
-            "microbench-003", "003", "pass", numbers={"ratio": 3.5, "plot": plot}
+    patches = workspace / "patches"
+    (patches / "registry").mkdir()
+    (patches / "registry" / "faster-penalties.toml").write_text(ENTRY)
+    patch = read_series("9.9.0", patches)[0]
+    own = {"faster-penalties": registry.diff_hash(patch)}
+    current = series_hash("9.9.0", patches)
+    ratio = {"ratio": 0.5, "low": 0.45, "high": 0.55, "n": 6, "mde": 0.04}
+    records = {
+        "eq.json": _record(
+            "equivalence-x", "pass", patches=own, series=current,
+            numbers={"passed": 9, "files": {
+                "tests/equivalence/test_x.py": {"passed": 3, "failed": 0, "skipped": 0},
+                "tests/equivalence/test_other_patch.py": {"passed": 6, "failed": 0, "skipped": 0},
+            }},
+        ) | {"harness_hash": registry.harness_hash(["tests/equivalence/test_x.py"])},
+        "bench.json": _record(
+            "microbench-x", "pass", "faster: time 0.500 [0.450, 0.550], n=6",
+            numbers={"time_patched_over_pristine": ratio}, patches=own, series=current,
         ),
-        "e2e.json": _result("e2e-token-identity", "series", "fail", reason="2 requests differ"),
-        "other.json": _result("gsm8k", "001", "pass"),
-        "old.json": _result("serve-bench", "003", "pass", series="0123456789"),
-    }
-    for name, data in files.items():
-        if data["series_hash"] == "current":
-            data["series_hash"] = current
-        (results / name).write_text(json.dumps(data))
+        "up.json": _record(
+            "upstream-x", "pass", patches={"faster-penalties": "0ld0ld0ld0ld"}, series=current
+        ),
+    }  # fmt: skip
+    out = workspace / "results" / "cpu" / "9.9.0"
+    out.mkdir(parents=True)
+    for name, data in records.items():
+        (out / name).write_text(json.dumps(data))
+    index = report.build("9.9.0", workspace / "reports", patches, workspace / "results")
+    return index, (index.parent / "0001-Perf-Faster-penalties.md").read_text()
 
-    index = report.build(
-        "9.9.0", workspace / "reports", workspace / "patches", workspace / "results"
-    )
-    text = (index.parent / "0001-Perf-Faster-penalties.md").read_text()
+
+def test_report_is_in_pr_template_order_with_numbers_from_records(built):
+    _, text = built
     assert text.index("## Purpose") < text.index("## Test Plan") < text.index("## Test Result")
-    assert "| Equivalence (pristine vs patched, randomized) | pass |" in text
-    assert "| End-to-end generation A/B (CPU) | fail |" in text
-    assert "| gsm8k accuracy through lm_eval | not run |" in text  # seed 001's result is not ours
-    assert "| Serving benchmark (vllm bench serve) | stale |" in text
-    assert text.count("not run: no result file was recorded") == len(report.STEPS) - 4
-    assert "| ratio | 3.5 |" in text
-    assert (index.parent / "bench.png").exists()
-    matrix = index.read_text()
-    assert "| [[Perf] Faster penalties](0001-Perf-Faster-penalties.md) | pass | not run |" in matrix
+    assert "Measured effect: Penalty build A/B: **pass** - faster: time 0.500" in text
+    assert "Upstream's own figure: PR #1: 2x faster." in text
+    assert "| time_patched_over_pristine | 0.500 [0.450, 0.550] | 6 | 4.0% |" in text
 
 
-def test_steps_go_to_the_most_specific_column():
-    assert report._category("e2e-gsm8k") == "gsm8k"
-    assert report._category("e2e-serve-bench") == "serve-bench"
-    assert report._category("e2e-embeddings") == "embeddings"
-    assert report._category("e2e-gpu-penalties-v1") == "e2e-gpu"
-    assert report._category("e2e-token-identity") == "e2e"
-    assert report._category("equivalence-003") == "equivalence"
-
-
-def test_not_run_on_cpu_marker_covers_cpu_e2e_columns():
-    from pathlib import Path
-
-    from verify.series import Patch
-
-    patch = Patch("0001-x.patch", Path("x"), "[Perf] x", "", {"Verify": "test_000_x.py"}, ())
-    found = [
-        _result("e2e-not-run-000", "000", "not run", reason="MRV2 is GPU only"),
-        _result("e2e-gsm8k", "series", "pass"),
-        _result("e2e-serve-bench", "series", "pass"),
-    ]
-    grouped = report.results_for(patch, found)
-    for key in report.CPU_E2E_STEPS:
-        assert report.verdict(grouped[key]) == "not run", key
-
-
-def test_sections_end_only_at_a_label():
-    body = (
-        "Why: the build still copies B x L ids, so its host time\n"
-        "grows with the generated length L: 0.39 ms at L=256.\n\n"
-        "How: copy only new positions.\n\n"
-        "Future plan: fold it into 0004."
+def test_each_step_states_its_own_outcome(built):
+    _, text = built
+    # Only this patch's own test file is counted, not the seed's other files.
+    assert "| Equivalence | CPU | pass | 3 passed, 0 failed, 0 skipped |" in text
+    assert (
+        "| Generation A/B (GPU) | GPU | not applicable | CUDA logits keep the dense path |" in text
     )
-    assert report._section(body, "Why").endswith("L: 0.39 ms at L=256.")
-    assert report._section(body, "How") == "copy only new positions."
+    assert "| Serving benchmark | CPU | not run | no record of this step on this pin |" in text
+    assert "| Upstream tests | CPU | pass (stale) | stale: patch changed" in text
 
 
-def test_machine_name_of_cpu_and_gpu_records():
-    assert report._machine_name({"cpu": "AMD EPYC", "gpu": None}) == "AMD EPYC"
-    assert report._machine_name({"cpu_model": "AMD EPYC", "cpu_count": 2}) == "AMD EPYC"
-    assert report._machine_name({"cpu": "x", "gpu": "NVIDIA H100 80GB HBM3"}).startswith("NVIDIA")
+def test_test_plan_has_upstream_commands_apart_from_ours(built):
+    _, text = built
+    plan = text[text.index("## Test Plan") : text.index("## Test Result")]
+    assert plan.index("On a vLLM 9.9.0 checkout") < plan.index("pytest tests/v1/sample")
+    assert plan.index("vllm-patchbench checks") < plan.index("pytest tests/equivalence/test_x")
+    assert "# this project\npython scripts/bench_x.py --lengths 256,4096" in plan
+    assert "vllm bench serve" not in plan or "Serving" in text  # not-run steps keep a command
+
+
+def test_no_local_paths_and_paste_ready_size(built):
+    index, text = built
+    appendix = (index.parent / "0001-Perf-Faster-penalties-appendix.md").read_text()
+    assert "/root/" not in text + appendix and "<local path>" in appendix
+    assert len(text.splitlines()) <= 80
+    assert max(len(line) for line in text.splitlines() if not line.startswith("|")) <= 120
+
+
+def test_matrix_is_per_patch(built):
+    index, _ = built
+    matrix = index.read_text()
+    row = next(line for line in matrix.splitlines() if "faster-penalties" in line)
+    cells = [c.strip() for c in row.split("|")[3:-1]]
+    assert dict(zip(report.KINDS, cells, strict=True)) == {
+        "equivalence": "pass",
+        "upstream-tests": "pass (stale)",
+        "microbench": "pass",
+        "kernel": "-",
+        "e2e": "not applicable",
+        "serve-bench": "not run",
+        "gsm8k": "-",
+        "embeddings": "-",
+        "attribution": "-",
+    }
+    assert "Legend:" in matrix
+
+
+def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace):
+    tree = make_tree("9.9.0")
+    tree.apply()
+    commit_change(tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Unknown", TRAILERS)
+    tree.export()
+    (workspace / "patches" / "registry").mkdir()
+    with pytest.raises(PatchbenchError, match="no registry entry"):
+        report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("see /root/pb-work/s8/raw.json now", "see <local path> now"),
+        ("the file .gpu/kvar/p_kS.py", "the file <local path>"),
+        ("vocab 151936/2", "vocab 151936/2"),
+    ],
+)
+def test_scrub_removes_machine_local_paths(text, expected):
+    assert report.scrub(text) == expected

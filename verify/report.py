@@ -1,202 +1,392 @@
 """PR-ready reports: `reports/<version>/<patch>.md` in vLLM's PR template order (Purpose /
-Test Plan / Test Result), built only from recorded result files, plus an index matrix.
+Test Plan / Test Result), a long-table appendix beside each, and a per-patch matrix README.
 
-A patch is linked to results by its seed id: the ``test_<seed>_...`` files its ``Verify:``
-trailer names, and results whose ``seed`` is that id (or ``series`` for whole-series steps).
-Every step without a result is printed as "not run", never left out; results recorded for
-another series hash than the current one are shown but counted as "stale", not as passes.
+What proves a patch comes from its registry entry (patches/registry/<id>.toml): each step's
+records, device, rule and command. Every number comes from a record; the Purpose's measured
+effect is the verdict of the patch's first performance step. A step the registry marks
+`not_applicable` says so and why; a step without a record says `not run`; a record made for
+another version of the patch or harness is shown with its staleness reason, never as a pass.
+Machine-local paths never reach a report.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import paths
+from verify import paths, registry, verdicts
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
-#: (step key, title) in report order. A result belongs to the first key its step name
-#: contains, checked most specific first (see `_category`).
-STEPS: list[tuple[str, str]] = [
-    ("equivalence", "Equivalence (pristine vs patched, randomized)"),
-    ("upstream-tests", "Upstream vLLM tests of the touched area"),
-    ("microbench", "Microbenchmark (A/B, interleaved)"),
-    ("kernel", "Kernel benchmark vs roofline (GPU)"),
-    ("e2e", "End-to-end generation A/B (CPU)"),
-    ("e2e-gpu", "End-to-end generation A/B (GPU)"),
-    ("embeddings", "Embeddings A/B"),
-    ("gsm8k", "gsm8k accuracy through lm_eval"),
-    ("serve-bench", "Serving benchmark (vllm bench serve)"),
-    ("attribution", "Per-step attribution"),
-]
-_MATCH_ORDER = [key for key, _ in STEPS if key != "e2e"] + ["e2e"]
-CPU_E2E_STEPS = ("e2e", "embeddings", "gsm8k", "serve-bench")
+Record = dict[str, Any]
+#: Matrix columns (registry step kinds) in report order.
+KINDS = registry.KINDS
+PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
+MAX_ROWS = 4
+MAX_LINES = 80
+_LOCAL = re.compile(r"(?<![\w.])(?:/root|/tmp|/home|/work|/Users|~)/[^\s`'\",)\]]*|\.gpu/\S+")
 
 
-def seed_of(patch: Patch) -> str | None:
-    match = re.search(r"test_(\d{3})_", patch.trailers.get("Verify", ""))
-    return match.group(1) if match else None
+def scrub(text: str) -> str:
+    """Replace machine-local paths with a placeholder."""
+    return _LOCAL.sub("<local path>", text)
 
 
-def _category(step: str) -> str | None:
-    for key in _MATCH_ORDER:
-        if key in step:
-            return key
-    return None
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(
+        text, 100, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
 
 
-def results_for(patch: Patch, found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Results per step category; a patch's own results replace series-wide ones of a step
-    (e.g. "this patch's code path is not run on CPU" outranks a series-wide pass)."""
-    seed = seed_of(patch)
-    own: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
-    series: dict[str, list[dict[str, Any]]] = {prefix: [] for prefix, _ in STEPS}
-    for result in found:
-        category = _category(result.get("step", ""))
-        if category and result.get("seed") == seed:
-            own[category].append(result)
-        elif category and result.get("seed") == "series":
-            series[category].append(result)
-    # The CPU tier's "this patch's code path does not run on CPU" marker covers every CPU
-    # end-to-end column, so a series-wide CPU pass is not shown as this patch's pass.
-    not_on_cpu = [r for r in own["e2e"] if r.get("step", "").startswith("e2e-not-run")]
-    if not_on_cpu:
-        for key in CPU_E2E_STEPS:
-            own[key] = own[key] or not_on_cpu
-    return {prefix: own[prefix] or series[prefix] for prefix, _ in STEPS}
+def _count(lines: list[str]) -> int:
+    """Rendered lines (an element may hold a wrapped paragraph)."""
+    return sum(line.count("\n") + 1 for line in lines)
 
 
-def verdict(entries: list[dict[str, Any]], current: str | None = None) -> str:
-    """pass / fail / n/a / not run for one step (fail wins over pass); "stale" when every
-    result was recorded for another series than `current` (the patches changed since)."""
-    if current is not None:
-        fresh = [e for e in entries if e.get("series_hash") == current]
-        if entries and not fresh:
-            return "stale"
-        entries = fresh
-    outcomes = {e.get("outcome") for e in entries}
-    for value in ("fail", "pass", "n/a", "not run"):
-        if value in outcomes:
-            return value
-    return "not run"
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
-def _numbers_table(numbers: dict[str, Any]) -> str:
-    rows = []
+def _ratio_rows(numbers: dict[str, Any], prefix: str = "") -> list[tuple[str, dict]]:
+    """(name, ratio dict) of every verify.stats ratio ({ratio, low, high, n, mde}) found in
+    `numbers`, nested dicts included; older ratio formats are left to the appendix."""
+    found = []
     for key, value in numbers.items():
-        if isinstance(value, dict | list):
+        if isinstance(value, dict) and {"ratio", "low", "high", "n"} <= set(value):
+            found.append((prefix + key, value))
+        elif isinstance(value, dict):
+            found += _ratio_rows(value, f"{prefix}{key} / ")
+    return found
+
+
+def _ratio_text(r: dict) -> str:
+    low = r.get("low", r.get("ci95_low"))
+    high = r.get("high", r.get("ci95_high"))
+    if r.get("ratio") is None:
+        return "-"
+    ci = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+    return f"{r['ratio']:.3f}{ci}"
+
+
+def ratio_table(numbers: dict[str, Any], limit: int = MAX_ROWS, prefix: str = "") -> list[str]:
+    rows = [(prefix + name, r) for name, r in _ratio_rows(numbers)]
+    if not rows:
+        return []
+    out = ["| measure | patched / pristine (95% CI) | rounds | MDE |", "|---|---|---|---|"]
+    for name, r in rows[:limit]:
+        mde = r.get("mde")
+        out.append(
+            f"| {name} | {_ratio_text(r)} | {r.get('n', '-')} "
+            f"| {f'{mde:.1%}' if isinstance(mde, float) else '-'} |"
+        )
+    if len(rows) > limit:
+        out.append(f"| ({len(rows) - limit} more in the appendix) | | | |")
+    return out
+
+
+def _scalar_table(numbers: dict[str, Any]) -> list[str]:
+    """Counts and flags a reviewer reads at a glance (dicts and lists go to the appendix)."""
+    keep = {
+        k: v
+        for k, v in numbers.items()
+        if isinstance(v, int | float | bool) and not isinstance(v, dict)
+    }
+    if not keep:
+        return []
+    return [", ".join(f"{k} {_fmt(v)}" for k, v in list(keep.items())[:8])]
+
+
+COUNTS = ("passed", "failed", "skipped", "patched_passed", "patched_failures", "pristine_passed")
+
+
+def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
+    """Test counts of test-run records ("569 passed, 2 skipped"; only the step's own test files
+    where the record counts per file), else their pass reasons."""
+    parts = []
+    for r in records:
+        n = r.get("numbers", {})
+        files = n.get("files") if isinstance(n.get("files"), dict) else {}
+        own = [files[f] for f in harness if f in files]
+        if own:
+            n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
+        found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
+        if found and harness and not own and r["step"].startswith("equivalence-"):
+            found.append("counted over every test file of the record, not per patch")
+        parts.append(", ".join(found) if found else r.get("reason", ""))
+    return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
+def _structured(numbers: dict[str, Any], width: int = 400) -> list[str]:
+    """Every dict/list value of a record that is not a verify.stats ratio, as compact JSON."""
+    ratios = {name.split(" / ")[0] for name, _ in _ratio_rows(numbers)}
+    out = []
+    for key, value in numbers.items():
+        if isinstance(value, dict | list) and key not in ratios and key != "plot":
+            text = json.dumps(value, default=str)
+            out.append(f"- {key}: `{text[:width]}{' ...' if len(text) > width else ''}`")
+    return out
+
+
+class PatchEvidence:
+    """One patch's steps on one pin with their records and states."""
+
+    def __init__(
+        self,
+        patch: Patch,
+        entry: registry.Entry,
+        version: str,
+        found: list[Record],
+        patches_root: Path | None,
+        registry_root: Path | None,
+    ) -> None:
+        self.patch, self.entry, self.version = patch, entry, version
+        self.rows: list[tuple[registry.Step, str, str, list[Record]]] = []
+        for step in entry.steps_on(version):
+            records = [r for r in found if r.get("step") in step.records]
+            state, detail = self._state(step, records, patches_root, registry_root)
+            self.rows.append((step, state, detail, records))
+
+    def _state(self, step, records, patches_root, registry_root) -> tuple[str, str]:
+        if step.not_applicable:
+            return verdicts.NOT_APPLICABLE, step.not_applicable
+        if not records:
+            return verdicts.NOT_RUN, step.note or "no record of this step on this pin"
+        slug = self.entry.slug
+        stale = [
+            results_mod.staleness(r, slug, self.version, patches_root, registry_root)
+            for r in records
+        ]
+        outcome = verdicts.combine(
+            [
+                verdicts.Verdict(
+                    "not applicable" if r["outcome"] == "n/a" else r["outcome"],
+                    r.get("reason") or "-",
+                )
+                for r in records
+            ]
+        )
+        reasons = "; ".join(dict.fromkeys(filter(None, stale)))
+        detail = (
+            outcome.reason if outcome.outcome != verdicts.PASS else counts(records, step.harness)
+        )
+        detail = detail if detail != "-" else ""
+        if reasons:
+            return f"{outcome.outcome} (stale)", f"stale: {reasons}" + (
+                f"; {detail}" if detail else ""
+            )
+        return outcome.outcome, detail
+
+    def by_kind(self, kind: str) -> str:
+        states = [s.split(" (")[0] for st, s, _, _ in self.rows if st.kind == kind]
+        if not states:
+            return "-"
+        stale = any("(stale)" in s for st, s, _, _ in self.rows if st.kind == kind)
+        worst = verdicts.combine([verdicts.Verdict(s, "x") for s in states]).outcome
+        return worst + (" (stale)" if stale else "")
+
+    def headline(self) -> str:
+        """The measured effect: the first performance step with a record, else the first
+        step with a record, as the rule stated it."""
+        ranked = sorted(
+            (row for row in self.rows if row[3]),
+            key=lambda row: (
+                row[0].rule not in PERF_RULES,
+                not any(_ratio_rows(r.get("numbers", {})) for r in row[3]),
+            ),
+        )
+        if not ranked:
+            return "No step of this patch has a record on this pin yet."
+        step, state, _, records = ranked[0]
+        parts = [p for r in records for p in r.get("reason", "").split("; ") if p]
+        parts = list(dict.fromkeys(p for p in parts if not p.startswith("the run could")))
+        reason = "; ".join(parts[:3]) + (
+            f"; ... ({len(parts) - 3} more below)" if len(parts) > 3 else ""
+        )
+        note = f" ({step.note})" if step.note else ""
+        return f"{step.title}{note}: **{state}**" + (f" - {reason}" if reason else "")
+
+
+def shell(command: str) -> list[str]:
+    """A registry command as shell lines: each of its lines kept, a trailing "(note)" made a
+    comment above it, and a line over 100 characters continued with a backslash."""
+    out = []
+    for line in command.split("\n"):
+        note = re.search(r"\s+\(([^()]*)\)\s*$", line)
+        if note:
+            out.append(f"# {note.group(1)}")
+            line = line[: note.start()]
+        current = ""
+        for piece in re.split(r" (?=--)", line):
+            if current and len(current) + len(piece) + 3 > 100:
+                out.append(current + " \\")
+                current = "  " + piece
+            else:
+                current = f"{current} {piece}" if current else piece
+        out.append(current)
+    return out
+
+
+def _commands(rows, upstream: bool) -> list[str]:
+    commands = dict.fromkeys(
+        st.command
+        for st, state, _, _ in rows
+        if st.upstream == upstream and st.command != "-" and state != verdicts.NOT_APPLICABLE
+    )
+    return [line for c in commands for line in shell(c)]
+
+
+def _environment(evidence: PatchEvidence) -> list[str]:
+    lines = []
+    for device, label in (("cuda", "GPU"), ("cpu", "CPU")):
+        machines = [
+            r["machine"] for st, _, _, recs in evidence.rows if st.device == device for r in recs
+        ]
+        if not machines:
             continue
-        if isinstance(value, float):
-            value = f"{value:.4g}"
-        rows.append(f"| {key} | {value} |")
-    return "| metric | value |\n|---|---|\n" + "\n".join(rows) if rows else ""
+        fields = {}
+        for key in ("gpu", "cpu", "python", "torch", "triton", "cuda"):
+            values = {str(m.get(key)) for m in machines if m.get(key)}
+            if values and values != {"None"}:
+                fields[key] = ", ".join(sorted(values))
+        envs = {
+            f"{k}={v}"
+            for m in machines
+            for k, v in (m.get("env") if isinstance(m.get("env"), dict) else {}).items()
+        }
+        engines = {
+            f"{k}={v}"
+            for m in machines
+            for k, v in (m.get("engine") if isinstance(m.get("engine"), dict) else {}).items()
+        }
+        text = "; ".join(f"{k} {v}" for k, v in fields.items())
+        lines.append(_wrap(f"- {label} steps: {text}", "  "))
+        if envs or engines:
+            lines.append(_wrap(f"  - engine: {' '.join(sorted(envs | engines))}", "    "))
+    engine_kinds = ("e2e", "serve-bench", "gsm8k", "embeddings", "attribution")
+    if any(st.kind in engine_kinds and recs for st, _, _, recs in evidence.rows):
+        lines.append(
+            _wrap(
+                "- Models: random-weight models built locally (BPE tokenizer trained on gsm8k), "
+                "so accuracy is ~0 by construction; those steps prove identity of outputs, and "
+                "their throughput ratios describe a small model, not a production one.",
+                "  ",
+            )
+        )
+    return lines
 
 
-#: Paragraph labels of a patch message (vllm-ascend style); a section runs to the next label,
-#: so a wrapped line that happens to start with "words:" does not end it.
-SECTION_LABELS = ("Why", "How", "Future plan", "Related PR")
-
-
-def _section(body: str, name: str) -> str:
-    labels = "|".join(re.escape(label) for label in SECTION_LABELS)
-    match = re.search(rf"^{name}:\s*(.*?)(?=^(?:{labels}):\s|\Z)", body, re.S | re.M)
-    return match.group(1).strip() if match else ""
-
-
-def _machine_name(machine: dict[str, Any]) -> str:
-    return machine.get("gpu") or machine.get("cpu") or machine.get("cpu_model") or "?"
-
-
-def render_patch(patch: Patch, version: str, found: list[dict[str, Any]], out: Path) -> str:
-    grouped = results_for(patch, found)
-    patches_root = patch.path.parent.parent
-    body_wo_trailers = patch.body.rsplit("\n\n", 1)[0]
-    why = _section(body_wo_trailers, "Why") or body_wo_trailers
-    how = _section(body_wo_trailers, "How")
-    why, how = (text[:1].upper() + text[1:] for text in (why, how))
+def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
+    patch, entry, version = evidence.patch, evidence.entry, evidence.version
+    upstream = _commands(evidence.rows, True)
+    ours = _commands(evidence.rows, False)
     lines = [
         f"# {patch.subject}",
         "",
-        f"vLLM {version} · series `{series_hash(version, patches_root)}` · `{patch.name}` · "
-        f"Status: {patch.status} · Upstream: {patch.upstream}",
+        f"vLLM {version} · patch `{patch.name[:4]}` · id `{entry.slug}` · Status: {patch.status}",
+        f"Upstream: {patch.upstream}",
         "",
         "## Purpose",
         "",
-        why,
+        _wrap(entry.why),
         "",
+        _wrap(entry.how),
+        "",
+        _wrap(f"Measured effect: {evidence.headline()}"),
     ]
-    if how:
-        lines += [how, ""]
-    lines += ["## Test Plan", "", f"Verify (from the patch): {patch.trailers['Verify']}", ""]
-    for prefix, title in STEPS:
-        commands = [e["command"] for e in grouped[prefix] if e.get("command")]
-        if commands:
-            lines.append(f"- {title}:")
-            lines += [f"  ```\n  {c}\n  ```" for c in dict.fromkeys(commands)]
-    lines += ["", "## Test Result", ""]
-    lines += ["| step | result | machine | date |", "|---|---|---|---|"]
-    for prefix, title in STEPS:
-        entries = grouped[prefix]
-        state = verdict(entries, series_hash(version, patches_root))
-        machine = ", ".join(sorted({_machine_name(e["machine"]) for e in entries}))
-        dates = ", ".join(sorted({e.get("date", "")[:10] for e in entries}))
-        lines.append(f"| {title} | {state} | {machine or '-'} | {dates or '-'} |")
+    if entry.upstream_figure:
+        lines += ["", _wrap(f"Upstream's own figure: {entry.upstream_figure}.")]
+    lines += ["", "## Test Plan", ""]
+    if upstream:
+        lines += [f"On a vLLM {version} checkout with this patch applied:", "", "```"]
+        lines += [*upstream, "```", ""]
+    if ours:
+        lines += ["vllm-patchbench checks (nothing upstream compares the two trees):", "", "```"]
+        lines += [*ours, "```", ""]
+    lines += ["## Test Result", "", "| step | device | result | detail |", "|---|---|---|---|"]
+    for step, state, detail, _ in evidence.rows:
+        device = "GPU" if step.device == "cuda" else "CPU"
+        short = detail if len(detail) <= 160 else detail[:157] + "..."
+        lines.append(f"| {step.title} | {device} | {state} | {short or '-'} |")
     lines.append("")
-    for prefix, title in STEPS:
-        entries = grouped[prefix]
-        lines += [f"### {title}", ""]
-        if not entries:
-            lines += ["not run: no result file was recorded for this step.", ""]
+    env = ["### Environment", "", *_environment(evidence), ""]
+    footer = 5
+    moved = 0
+    perf_first = sorted(evidence.rows, key=lambda row: row[0].rule not in PERF_RULES)
+    for step, _state, _, records in perf_first:
+        with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
+        tables = [
+            row
+            for i, r in enumerate(with_ratios)
+            for row in ratio_table(
+                r["numbers"], prefix=f"{r['step']}: " if len(with_ratios) > 1 else ""
+            )[(2 if i else 0) :]  # one header for the step's records
+        ]
+        block = [f"**{step.title}** (before/after):", "", *tables, ""]
+        if not tables:
             continue
-        for entry in entries:
-            lines.append(
-                f"**{entry['step']}**: {entry['outcome']}"
-                + (f" ({entry['reason']})" if entry.get("reason") else "")
-                + f" · series `{entry.get('series_hash')}`"
-                + (
-                    ""
-                    if entry.get("series_hash") == series_hash(version, patches_root)
-                    else " (**stale**: recorded for another series)"
-                )
-                + f" · `{Path(entry['_path']).name}`"
+        if _count(lines) + len(block) + _count(env) + footer > MAX_LINES:
+            moved += 1
+            continue
+        lines += block
+    if moved:
+        lines += [f"(before/after tables of {moved} more step(s) in the appendix)", ""]
+    if len(env) > 3:
+        lines += env
+    if any(r.get("tables") or r.get("numbers") for *_, recs in evidence.rows for r in recs):
+        lines.append(
+            _wrap(
+                f"Full tables and every recorded number: `{appendix_name}` beside this report "
+                f"(vllm-patchbench `reports/{version}/`)."
             )
-            lines.append("")
-            table = _numbers_table(entry.get("numbers", {}))
-            if table:
+        )
+    return scrub("\n".join(lines)) + "\n"
+
+
+def render_appendix(evidence: PatchEvidence) -> str:
+    lines = [f"# Appendix: {evidence.patch.subject} (vLLM {evidence.version})", ""]
+    for step, state, _, records in evidence.rows:
+        for r in records:
+            lines += [
+                f"## {step.title}: record `{r['step']}` ({state})",
+                "",
+                f"Date {r.get('date', '-')[:10]} · series `{r.get('series_hash')}` · "
+                f"command: `{r.get('command', '-')}`",
+                "",
+            ]
+            if r.get("reason"):
+                lines += [r["reason"], ""]
+            lines += [*ratio_table(r.get("numbers", {}), limit=1000), ""]
+            lines += [*_scalar_table(r.get("numbers", {})), ""]
+            lines += [*_structured(r.get("numbers", {})), ""]
+            for table in r.get("tables", []):
                 lines += [table, ""]
-            for extra in entry.get("tables", []):
-                lines += [extra, ""]
-            for plot in _plots(entry, out):
-                lines += [f"![{entry['step']}]({plot.name})", ""]
-    return "\n".join(lines)
+    return scrub("\n".join(lines)) + "\n"
 
 
-def _plots(entry: dict[str, Any], out: Path) -> list[Path]:
-    """PNG plots for results that carry ``numbers.plot = {x, series{name: ys}, xlabel, ylabel}``."""
-    spec = entry.get("numbers", {}).get("plot")
-    if not spec:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, ys in spec["series"].items():
-        ax.plot(spec["x"], ys, marker="o", label=name)
-    ax.set_xlabel(spec.get("xlabel", ""))
-    ax.set_ylabel(spec.get("ylabel", ""))
-    if spec.get("logx"):
-        ax.set_xscale("log")
-    ax.set_title(spec.get("title", entry["step"]))
-    ax.legend()
-    fig.tight_layout()
-    path = out / f"{Path(entry['_path']).stem}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+def evidence_for(
+    version: str,
+    patches_root: Path | None = None,
+    results_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> list[PatchEvidence]:
+    entries = registry.load(registry_root or (patches_root / "registry" if patches_root else None))
+    found = results_mod.load_all(version, results_root)
+    out = []
+    for patch in read_series(version, patches_root):
+        entry = registry.entry_for(patch, version, entries)
+        if entry is None:
+            raise registry.PatchbenchError(
+                f"{version}/{patch.name} has no registry entry: add patches/registry/<id>.toml "
+                f"naming {patch.subject!r} under [pins]"
+            )
+        reg_root = registry_root or (patches_root / "registry" if patches_root else None)
+        out.append(PatchEvidence(patch, entry, version, found, patches_root, reg_root))
+    return out
 
 
 def build(
@@ -205,28 +395,43 @@ def build(
     patches_root: Path | None = None,
     results_root: Path | None = None,
 ) -> Path:
-    """Write every patch's report and the index; returns the index path."""
+    """Write every patch's report, its appendix and the per-patch matrix; returns the index."""
     out = (out_root or paths.reports_root()) / version
     out.mkdir(parents=True, exist_ok=True)
-    patches = read_series(version, patches_root)
-    found = results_mod.load_all(version, results_root)
+    for stale in out.glob("*.md"):
+        stale.unlink()
+    for stale in out.glob("*.png"):
+        stale.unlink()
+    evidence = evidence_for(version, patches_root, results_root)
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
         "",
-        "Built by `nox -s report-" + version + "` from the result files under `results/`.",
+        f"Built by `nox -s report-{version}` from the records under `results/`; one row per "
+        "patch, one column per kind of step (the worst outcome of that kind's steps).",
         "",
-        "| patch | " + " | ".join(prefix for prefix, _ in STEPS) + " |",
-        "|---|" + "---|" * len(STEPS),
+        "| patch | id | " + " | ".join(KINDS) + " |",
+        "|---|---|" + "---|" * len(KINDS),
     ]
-    for patch in patches:
-        name = patch.name.removesuffix(".patch") + ".md"
-        (out / name).write_text(render_patch(patch, version, found, out) + "\n")
-        grouped = results_for(patch, found)
-        current = series_hash(version, patches_root)
-        cells = " | ".join(verdict(grouped[prefix], current) for prefix, _ in STEPS)
-        index.append(f"| [{patch.subject}]({name}) | {cells} |")
-    if not patches:
-        index.append("| (no patches) |" + " |" * len(STEPS))
+    for ev in evidence:
+        stem = ev.patch.name.removesuffix(".patch")
+        appendix = f"{stem}-appendix.md"
+        (out / f"{stem}.md").write_text(render_patch(ev, appendix))
+        (out / appendix).write_text(render_appendix(ev))
+        cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
+        index.append(
+            f"| [{ev.patch.name[:4]}]({stem}.md) {ev.patch.subject} | {ev.entry.slug} | {cells} |"
+        )
+    if not evidence:
+        index.append("| (no patches) | |" + " |" * len(KINDS))
+    index += [
+        "",
+        "Legend: pass / fail / no difference resolved (the run could not tell; never a pass) / "
+        "inconclusive (the control disagreed, or data the rule needs is missing) / "
+        "not applicable (the step does not run this patch's code on that device) / "
+        "not run (no record) / `-` (no step of that kind for this patch); "
+        "(stale): recorded for an older version of the patch or harness.",
+    ]
     path = out / "README.md"
-    path.write_text("\n".join(index) + "\n")
+    index[-1] = _wrap(index[-1])
+    path.write_text(scrub("\n".join(index)) + "\n")
     return path

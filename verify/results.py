@@ -1,13 +1,23 @@
 """Result files: every verification step writes one JSON that reports are built from.
 
-Schema (``schema: 1``)::
+Schema (``schema: 2``)::
 
-    step        e.g. "equivalence", "microbench-003", "e2e-token-identity", "kernel-001"
-    seed        which patch it covers: "000".."004", "010" (matches test_<seed>_* in the
-                patch's Verify trailer), or "series" for whole-series steps
-    vllm_version, series_hash, machine {cpu, gpu}, date (UTC ISO), command (exact)
-    outcome     "pass" | "fail" | "not run" | "n/a"      reason: why (required unless pass)
-    numbers     free-form measurements; tables: optional list of markdown tables
+    step        e.g. "equivalence-003", "microbench-003", "e2e-token-identity", "kernel-010"
+    seed        legacy grouping label ("000".."010" or "series"); reports do not read it
+    patches     {patch id: diff hash}: the registry entries (patches/registry/) whose steps name
+                this record, each with the hash of that patch's diff when the record was made
+    harness_hash  hash of the harness files the registry names for this record's steps
+    vllm_version, series_hash, date (UTC ISO), command (exact)
+    machine     {python, cpu, gpu, ...}: read on the machine that ran it; a field the run did
+                not record says "unknown (not recorded by the run)"
+    outcome     one of verify.verdicts.OUTCOMES      reason: why (required unless pass)
+    numbers     measurements; tables: optional list of markdown tables
+
+Staleness is per patch (`staleness`): the patch's diff changed, the harness changed, or the
+record was made from a tree that was not the stamped series. Why the diff and not the whole
+file: rewording a commit message does not change what was measured; any code or test change
+does. A record written through the older call (no ``patches``) is attributed through the
+registry's record names, with the current diff hashes when its series hash is current.
 """
 
 from __future__ import annotations
@@ -21,10 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verify import paths
-from verify.series import series_hash
+from verify import paths, registry, verdicts
+from verify.series import read_series, series_hash
 
-OUTCOMES = ("pass", "fail", "not run", "n/a")
+OUTCOMES = (*verdicts.OUTCOMES, "n/a")  # "n/a": older records, read as "not applicable"
+UNKNOWN = "unknown (not recorded by the run)"
 
 
 def cpu_model() -> str:
@@ -48,25 +59,136 @@ def make(
     command: str | None = None,
     gpu: str | None = None,
     tables: list[str] | None = None,
+    machine: dict[str, Any] | None = None,
+    patches: list[str] | None = None,
+    date: str | None = None,
+    stamped_series: str | None = None,
 ) -> dict[str, Any]:
+    """A record. `machine`: provenance read on the machine that ran it (default: this machine,
+    for steps that run here); `patches`: the patch ids it covers (default: from the registry);
+    `stamped_series`: the series hash the measured tree was applied from, when known."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
     if outcome != "pass" and not reason:
         raise ValueError(f"a {outcome!r} result needs a reason")
-    return {
-        "schema": 1,
+    if machine is None:
+        machine = {"cpu": cpu_model(), "gpu": gpu, "python": platform.python_version()}
+    current = series_hash(version)
+    record = {
+        "schema": 2,
         "step": step,
         "seed": seed,
         "vllm_version": version,
-        "series_hash": series_hash(version),
-        "machine": {"cpu": cpu_model(), "gpu": gpu, "python": platform.python_version()},
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "series_hash": current,
+        "patches": patch_hashes(version, step, patches),
+        "harness_hash": harness_of(version, step),
+        "machine": machine,
+        "date": date or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": command or shlex.join([Path(sys.executable).name, *sys.argv]),
         "outcome": outcome,
         "reason": reason,
         "numbers": numbers or {},
         "tables": tables or [],
     }
+    if stamped_series is not None:
+        record["stamped_series"] = stamped_series
+    return record
+
+
+def _steps_naming(
+    version: str, step: str, registry_root: Path | None = None
+) -> list[registry.Step]:
+    return [
+        s
+        for e in registry.load(registry_root).values()
+        if version in e.pins
+        for s in e.steps_on(version)
+        if step in s.records
+    ]
+
+
+def patch_hashes(
+    version: str,
+    step: str,
+    ids: list[str] | None = None,
+    patches_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> dict[str, str]:
+    """{patch id: current diff hash} of the patches `step` is evidence for on `version`."""
+    entries = registry.load(registry_root)
+    ids = registry.patches_for_record(version, step, entries) if ids is None else ids
+    by_subject = {p.subject: p for p in read_series(version, patches_root)}
+    out = {}
+    for slug in ids:
+        patch = by_subject.get(entries[slug].pins.get(version, "")) if slug in entries else None
+        out[slug] = registry.diff_hash(patch) if patch else "unknown"
+    return out
+
+
+def harness_of(version: str, step: str, registry_root: Path | None = None) -> str:
+    """Hash of every harness file the registry names for record `step` on `version`."""
+    files = sorted({f for s in _steps_naming(version, step, registry_root) for f in s.harness})
+    return registry.harness_hash(files)
+
+
+def tree_stamp(
+    version: str, build_root: Path | None = None, patches_root: Path | None = None
+) -> str | None:
+    """What the build tree of `version` holds: the current series hash when its commits after
+    ``pristine`` carry exactly the diffs of the series' patches, in order; otherwise
+    "differs from <hash>"; None when there is no build tree. Records made from that tree are
+    stamped with it (`make(stamped_series=...)`), so a record of a tree that was not the series
+    is named stale ("tree not the stamped series")."""
+    import tempfile
+
+    from verify.buildtree import BuildTree
+
+    tree = BuildTree(version, build_root, patches_root)
+    if not tree.exists():
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        tree_hashes = [
+            registry.diff_hash_text(path.read_text(encoding="utf-8"))
+            for path in tree._format_patch(Path(tmp))
+        ]
+    current = series_hash(version, patches_root)
+    series = [registry.diff_hash(p) for p in read_series(version, patches_root)]
+    return current if tree_hashes == series else f"differs from {current}"
+
+
+def restamp(record: dict[str, Any], recorded_series: str) -> None:
+    """Give an imported `record` the series hash its run recorded (when that is not the current
+    series, the current per-patch diff hashes do not describe the run: "unknown") and no
+    harness hash (the run did not record one; staleness then rests on the patch hashes)."""
+    record["series_hash"] = recorded_series
+    record["harness_hash"] = None  # an imported run did not record the harness it ran
+    if recorded_series != series_hash(record["vllm_version"]):
+        record["patches"] = dict.fromkeys(record["patches"], "unknown")
+
+
+def staleness(
+    record: dict[str, Any],
+    slug: str,
+    version: str,
+    patches_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> str:
+    """Empty when the record is current evidence for patch `slug`, else the named reason."""
+    stamped = record.get("stamped_series")
+    if stamped and stamped != record.get("series_hash"):
+        return f"tree not the stamped series (tree {stamped}, record {record.get('series_hash')})"
+    recorded = record.get("patches", {}).get(slug)
+    step = record.get("step", "")
+    current = patch_hashes(version, step, [slug], patches_root, registry_root)[slug]
+    if recorded in (None, "unknown"):
+        if record.get("series_hash") != series_hash(version, patches_root):
+            return f"recorded for series {record.get('series_hash')} without per-patch hashes"
+    elif recorded != current:
+        return f"patch changed (diff {recorded} -> {current})"
+    harness = record.get("harness_hash")
+    if harness and harness != harness_of(version, step, registry_root):
+        return "harness changed"
+    return ""
 
 
 def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None) -> Path:
@@ -80,12 +202,15 @@ def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None
 
 
 def load_all(version: str, root: Path | None = None) -> list[dict[str, Any]]:
-    """Every result file of `version` under results/ (any tier), with its path added."""
+    """Every record of `version` under results/ (any tier), with its path added; raw
+    measurement files kept beside them (no ``schema`` key) are not records."""
     found = []
     for path in sorted((root or paths.results_root()).glob(f"*/{version}/*.json")):
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError:
+            continue
+        if not isinstance(data, dict) or "schema" not in data:
             continue
         data["_path"] = str(path)
         found.append(data)

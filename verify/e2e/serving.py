@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import socket
@@ -17,8 +16,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from verify import stats
 from verify.e2e.common import Context, log_tail, say, workdir, write_result
 from verify.errors import PatchbenchError
+from verify.verdicts import serve_bench as serve_bench_rule
 
 METRICS = [
     "output_throughput",
@@ -33,40 +34,6 @@ METRICS = [
     "mean_itl_ms",
     "median_itl_ms",
     "p99_itl_ms",
-]
-
-# two-sided 95% t quantiles, df = 1..30
-_T95 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
 ]
 
 
@@ -305,8 +272,9 @@ DEGENERATE_FRACTION = 0.01
 
 
 def ratio_ci(a: list[float], b: list[float]) -> dict:
-    """Paired ratios b_i/a_i (interleaved repeats): mean and a 95% t interval. No ratio when
-    a round is degenerate (see DEGENERATE_FRACTION): one ~0 denominator would dominate it."""
+    """Paired ratio b/a of interleaved repeats (verify.stats: geometric mean, log-scale 95%
+    interval, minimum detectable effect). No ratio when a round is degenerate (see
+    DEGENERATE_FRACTION): one ~0 denominator would dominate it."""
     values = [*a, *b]
     if values and min(values) < DEGENERATE_FRACTION * max(values):
         return {
@@ -315,13 +283,8 @@ def ratio_ci(a: list[float], b: list[float]) -> dict:
             "n": len(a),
             "degenerate": f"a round measured {min(values):.3g} against up to {max(values):.3g}",
         }
-    ratios = [y / x for x, y in zip(a, b, strict=True) if x]
-    n = len(ratios)
-    mean = statistics.fmean(ratios) if ratios else float("nan")
-    if n < 2:
-        return {"ratio": mean, "ci95": [None, None], "n": n}
-    half = _T95[min(n - 1, len(_T95)) - 1] * statistics.stdev(ratios) / math.sqrt(n)
-    return {"ratio": mean, "ci95": [mean - half, mean + half], "n": n}
+    r = stats.paired_ratio(a, b)
+    return {"ratio": r.ratio, "ci95": [r.low, r.high], "n": r.n, "mde": r.mde}
 
 
 def run_bench(
@@ -396,16 +359,6 @@ def table(summary: dict) -> str:
     return "\n".join(rows)
 
 
-def interval_verdict(low: float | None, high: float | None) -> str:
-    """What a patched/pristine ratio's 95% interval resolves: "no difference resolved",
-    "patched faster" or "patched slower" ("no interval" with fewer than 2 repeats)."""
-    if low is None or high is None:
-        return "no interval"
-    if low <= 1 <= high:
-        return "no difference resolved"
-    return "patched faster" if low > 1 else "patched slower"
-
-
 def serve_bench(
     ctx: Context,
     *,
@@ -434,13 +387,21 @@ def serve_bench(
         "workdir": str(work),
     }
     tab = table(res["summary"])
-    verdict = interval_verdict(*res["summary"]["output_throughput"]["ci95"])
-    numbers["verdict"] = verdict
-    say("serving A/B (patched / pristine):\n" + tab + f"\noutput throughput: {verdict}")
-    # A resolved slowdown is a finding, not a pass; on this noisy 2-core machine repeat it with
-    # more --repeats before believing it (a 3-repeat run once resolved 0.80, 6 repeats gave 1.01).
-    slower = verdict == "patched slower"
-    reason = "patched output throughput is lower (95% interval below 1)" if slower else ""
-    outcome = "fail" if slower else "pass"
-    write_result(ctx, "e2e-serve-bench", "series", outcome, numbers, tables=[tab], reason=reason)
+    runs = res["runs"]
+    judged = serve_bench_rule.judge(
+        {m: [r[m] for r in runs["pristine"]] for m in serve_bench_rule.METRICS},
+        {m: [r[m] for r in runs["patched"]] for m in serve_bench_rule.METRICS},
+        threshold=0.05,
+    )
+    numbers["verdict"] = judged.outcome
+    numbers.update({f"{m}_patched_over_pristine": v for m, v in judged.numbers.items()})
+    say("serving A/B (patched / pristine):\n" + tab + f"\n{judged.outcome}: {judged.reason}")
+    # verify.verdicts.serve_bench: output throughput and p99 ITL, each a paired log-scale
+    # interval against a 5% threshold; on this noisy 2-core machine a resolved slowdown is
+    # worth repeating with more --repeats before believing it.
+    slower = judged.outcome == "fail"
+    write_result(
+        ctx, "e2e-serve-bench", "series", judged.outcome, numbers, tables=[tab],
+        reason=judged.reason,
+    )  # fmt: skip
     return not slower

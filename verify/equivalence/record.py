@@ -38,9 +38,29 @@ def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
     return dict(seeds)
 
 
-def record(version: str, junit: Path, command: str, root: Path | None = None) -> bool:
-    """Write the per-seed result files; True if nothing failed."""
+def per_file(groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
+    """{tests/equivalence/<file>.py: {passed, failed, skipped}}: the registry names test files,
+    so a report can count the tests of one patch's files."""
+    files: dict[str, dict[str, int]] = {}
+    for kind, ids in groups.items():
+        for where in ids:
+            module = where.rsplit(".", 1)[0] if "." in where else where
+            path = module.replace(".", "/") + ".py"
+            files.setdefault(path, {"passed": 0, "failed": 0, "skipped": 0})[kind] += 1
+    return files
+
+
+def record(
+    version: str,
+    junit: Path,
+    command: str,
+    root: Path | None = None,
+    stamped: str | None = None,
+) -> bool:
+    """Write the per-seed result files, stamped with what the tested build tree holds
+    (`results.tree_stamp`, unless given); True if nothing failed."""
     ok = True
+    stamped = stamped if stamped is not None else results.tree_stamp(version)
     for seed, groups in sorted(summarize(junit).items()):
         counts = {kind: len(ids) for kind, ids in groups.items()}
         if groups["failed"]:
@@ -49,10 +69,11 @@ def record(version: str, junit: Path, command: str, root: Path | None = None) ->
             outcome, reason = "pass", ""
         else:
             outcome, reason = "not run", "every test was skipped for this pin"
-        numbers = {**counts, "failed_tests": groups["failed"][:20]}
+        numbers = {**counts, "failed_tests": groups["failed"][:20], "files": per_file(groups)}
         result = results.make(
-            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason, command=command
-        )
+            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason,
+            command=command, stamped_series=stamped,
+        )  # fmt: skip
         results.write(result, "cpu", f"equivalence-{seed}", root)
     return ok
 

@@ -1,0 +1,106 @@
+"""patches/registry/: one entry per patch of every series, each naming a patch that exists."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verify import registry
+from verify.errors import PatchbenchError
+from verify.series import PATCHES_DIR, read_series
+from verify.versions import PINNED
+
+PINS = list(PINNED)
+
+
+def test_every_series_patch_has_exactly_one_entry_and_every_entry_a_patch() -> None:
+    assert registry.validate(PINS) == []
+
+
+def test_every_recorded_step_names_records_or_says_why_not() -> None:
+    for entry in registry.load().values():
+        for step in entry.steps:
+            assert step.records or step.not_applicable or step.note, (entry.slug, step.title)
+
+
+def _copy(tmp_path: Path) -> tuple[Path, Path]:
+    reg = tmp_path / "registry"
+    shutil.copytree(PATCHES_DIR / "registry", reg)
+    return reg, PATCHES_DIR
+
+
+def test_a_patch_without_an_entry_is_named(tmp_path: Path) -> None:
+    reg, patches = _copy(tmp_path)
+    (reg / "mrv2-skip-fp32-logits-copy.toml").unlink()
+    problems = registry.validate(PINS, reg, patches)
+    assert any("0.22.0/0001" in p and "0 registry entries" in p for p in problems)
+
+
+def test_an_entry_naming_no_patch_is_named(tmp_path: Path) -> None:
+    reg, patches = _copy(tmp_path)
+    path = reg / "recovered-tokens-split-vocab.toml"
+    path.write_text(path.read_text().replace("Split the vocabulary", "Split the vocab"))
+    problems = registry.validate(PINS, reg, patches)
+    assert any("recovered-tokens-split-vocab" in p and "no patch" in p for p in problems)
+
+
+def test_renumbering_keeps_the_link() -> None:
+    patch = read_series("0.22.0")[5]
+    renamed = type(patch)("0099-renamed.patch", patch.path, patch.subject, patch.body, {})
+    assert registry.entry_for(renamed, "0.22.0").slug == "recovered-tokens-split-vocab"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("title = ", "not valid TOML"),
+        ('title = "x"', "missing"),
+    ],
+)
+def test_bad_entries_are_named_errors(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "bad-entry.toml").write_text(text)
+    with pytest.raises(PatchbenchError, match=message):
+        registry.load(tmp_path)
+
+
+def test_unknown_step_rule_is_a_named_error(tmp_path: Path) -> None:
+    src = (PATCHES_DIR / "registry" / "mrv2-skip-fp32-logits-copy.toml").read_text()
+    (tmp_path / "x.toml").write_text(src.replace('rule = "tests"', 'rule = "vibes"', 1))
+    with pytest.raises(PatchbenchError, match="unknown rule 'vibes'"):
+        registry.load(tmp_path)
+
+
+def test_diff_hash_ignores_the_message_but_not_the_code(tmp_path: Path) -> None:
+    patch = read_series("0.22.0")[0]
+    copy = tmp_path / patch.name
+    text = patch.path.read_text()
+    copy.write_text(text.replace("Why:", "Why (reworded):", 1))
+    reworded = type(patch)(patch.name, copy, patch.subject, patch.body, patch.trailers)
+    assert registry.diff_hash(reworded) == registry.diff_hash(patch)
+    copy.write_text(text.replace("\n+", "\n+ ", 1))
+    assert registry.diff_hash(reworded) != registry.diff_hash(patch)
+
+
+def test_harness_hash_follows_file_content(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    first = registry.harness_hash(["a.py"], tmp_path)
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert registry.harness_hash(["a.py"], tmp_path) != first
+    assert registry.harness_hash([], tmp_path) == "none"
+
+
+def test_every_committed_record_is_attributed_to_a_patch() -> None:
+    from verify import results
+
+    for version in PINS:
+        for record in results.load_all(version):
+            if record["outcome"] == "not run":
+                continue  # e.g. a seed's tests all skipped on a pin that carries no such patch
+            assert registry.patches_for_record(version, record["step"]), record["_path"]
+
+
+def test_cli_check_passes_on_the_committed_registry(capsys) -> None:
+    assert registry.main(["check"]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out

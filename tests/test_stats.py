@@ -1,0 +1,76 @@
+"""verify.stats: log-scale paired ratios, their interval, the MDE and the three outcomes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from verify import stats
+
+BASE = [100.0, 102.0, 98.0, 101.0, 99.0, 100.0]
+
+
+def test_geometric_mean_and_interval_match_scipy() -> None:
+    from scipy import stats as sp
+
+    variant = [80.0, 83.0, 77.0, 82.0, 78.0, 81.0]
+    r = stats.paired_ratio(BASE, variant)
+    logs = [math.log(v / b) for b, v in zip(BASE, variant, strict=True)]
+    low, high = sp.t.interval(0.95, len(logs) - 1, loc=sum(logs) / 6, scale=sp.sem(logs))
+    assert r.ratio == pytest.approx(math.exp(sum(logs) / 6))
+    assert (r.low, r.high) == pytest.approx((math.exp(low), math.exp(high)))
+    assert r.n == 6 and 0 < r.mde < 0.05
+
+
+def test_bounds_never_negative_on_wild_rounds() -> None:
+    # The serve-bench rounds that gave "p99_itl 4.063 [-4.511, 12.637]" with a symmetric t.
+    r = stats.paired_ratio([4.26, 4.39, 0.0024], [3.9, 4.1, 3.7])
+    assert r.low > 0 and r.high > r.ratio > r.low
+    assert stats.classify(r, 0.02) == stats.UNRESOLVED
+
+
+def test_faster_on_a_resolved_speedup() -> None:
+    r = stats.paired_ratio(BASE, [x * 0.8 for x in [100, 101, 99, 100, 98, 102]])
+    assert stats.classify(r, 0.02) == stats.FASTER
+    assert stats.classify(r, 0.02, lower_is_better=False) == stats.SLOWER
+
+
+def test_slower_on_a_resolved_slowdown() -> None:
+    r = stats.paired_ratio(BASE, [x * 1.3 for x in [100, 101, 99, 100, 98, 102]])
+    assert stats.classify(r, 0.02) == stats.SLOWER
+    assert not stats.within(r, 0.05)
+
+
+def test_no_difference_when_the_interval_straddles_one() -> None:
+    r = stats.paired_ratio(BASE, [110.0, 92.0, 105.0, 95.0, 103.0, 97.0])
+    assert r.low < 1 < r.high
+    assert stats.classify(r, 0.0) == stats.UNRESOLVED
+
+
+def test_resolved_but_within_noise_is_no_difference() -> None:
+    r = stats.paired_ratio(BASE, [x * 0.99 for x in BASE])
+    assert r.high < 1  # resolved: every round is exactly 1% faster
+    assert stats.classify(r, 0.02) == stats.UNRESOLVED
+    assert stats.classify(r, 0.005) == stats.FASTER
+    assert stats.within(r, 0.02)
+
+
+def test_one_round_has_no_interval_and_resolves_nothing() -> None:
+    r = stats.paired_ratio([100.0], [50.0])
+    assert (r.low, r.high, r.mde) == (None, None, None)
+    assert stats.classify(r, 0.02) == stats.UNRESOLVED
+    assert "no interval" in r.text()
+
+
+def test_mde_shrinks_with_more_rounds() -> None:
+    noisy = [1.1, 0.9, 1.05, 0.95]
+    few = stats.ratio_of_ratios(noisy)
+    many = stats.ratio_of_ratios(noisy * 4)
+    assert many.mde < few.mde
+
+
+@pytest.mark.parametrize("base, var", [([1.0, 2.0], [1.0]), ([1.0, 0.0], [1.0, 1.0]), ([], [])])
+def test_bad_rounds_are_named_errors(base, var) -> None:
+    with pytest.raises(ValueError):
+        stats.paired_ratio(base, var)

@@ -1,0 +1,210 @@
+"""Every verdict rule is fed data on which it must fail (and data on which it must not pass)."""
+
+from __future__ import annotations
+
+import pytest
+
+from verify import stats
+from verify.verdicts import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    UNRESOLVED,
+    Verdict,
+    combine,
+    growth,
+    identity,
+    kernel,
+    performance,
+    serve_bench,
+)
+
+BASE = [100.0, 101.0, 99.0, 100.0, 102.0, 98.0]
+
+
+def _scaled(factor: float, noise=(1.0, 1.01, 0.99, 1.0, 1.005, 0.995)) -> list[float]:
+    return [b * factor * n for b, n in zip(BASE, noise, strict=True)]
+
+
+# identity ----------------------------------------------------------------------------------
+def test_identity_fails_when_the_control_agrees_and_patched_differs() -> None:
+    assert identity.judge(identical=False, control_identical=True).outcome == FAIL
+
+
+def test_identity_is_inconclusive_when_pristine_differs_from_itself() -> None:
+    assert identity.judge(identical=True, control_identical=False).outcome == INCONCLUSIVE
+    assert identity.judge(identical=False, control_identical=False).outcome == INCONCLUSIVE
+
+
+def test_identity_without_control() -> None:
+    assert identity.judge(identical=False, control_identical=None).outcome == INCONCLUSIVE
+    ok = identity.judge(identical=True, control_identical=None)
+    assert ok.outcome == PASS and "no pristine-vs-pristine control" in ok.reason
+    assert identity.judge(identical=True, control_identical=True).outcome == PASS
+
+
+# performance -------------------------------------------------------------------------------
+def test_performance_fails_on_a_resolved_slowdown() -> None:
+    v = performance.judge(stats.paired_ratio(BASE, _scaled(1.3)), 0.02)
+    assert v.outcome == FAIL and "slower" in v.reason
+
+
+def test_performance_no_difference_is_not_a_pass() -> None:
+    noisy = [130.0, 75.0, 120.0, 80.0, 125.0, 70.0]
+    v = performance.judge(stats.paired_ratio(BASE, noisy), 0.02)
+    assert v.outcome == UNRESOLVED and "could resolve only" in v.reason
+    one = performance.judge(stats.paired_ratio([1.0], [0.5]), 0.02)
+    assert one.outcome == UNRESOLVED
+
+
+def test_performance_passes_only_what_it_claims() -> None:
+    faster = stats.paired_ratio(BASE, _scaled(0.7))
+    assert performance.judge(faster, 0.02).outcome == PASS
+    same = stats.paired_ratio(BASE, _scaled(1.0))
+    assert performance.judge(same, 0.02, claim="faster").outcome == UNRESOLVED
+    assert performance.judge(same, 0.05, claim="not slower").outcome == PASS
+    thru = stats.paired_ratio(BASE, _scaled(0.7))  # throughput down 30%
+    assert performance.judge(thru, 0.02, lower_is_better=False).outcome == FAIL
+
+
+# kernel ------------------------------------------------------------------------------------
+def _row(variant: str, eager: float, host: float | None, identical: bool = True, **shape):
+    shape = {"vocab": 32000, "requests": 1, "draft_tokens": 1, "draft_probs": False, **shape}
+    return {
+        "variant": variant,
+        "baseline": "0.22.0",
+        **shape,
+        "identical": identical,
+        "graph_us": _scaled(0.01),  # the graph time is always fast: it must not decide
+        "eager_us": _scaled(eager),
+        "host_us": _scaled(host) if host is not None else [],
+    }
+
+
+def test_kernel_fails_on_a_wrong_output() -> None:
+    rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.05, 0.05, identical=False)]
+    assert kernel.judge(rows, "split").outcome == FAIL
+
+
+def test_kernel_fails_when_only_the_graph_time_wins() -> None:
+    rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.3, 0.3)]
+    v = kernel.judge(rows, "split")
+    assert v.outcome == FAIL and "slower" in v.reason
+
+
+def test_kernel_fails_on_host_cost_even_when_eager_wins() -> None:
+    rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.05, 0.4)]
+    v = kernel.judge(rows, "split")
+    assert v.outcome == FAIL and "host" in v.reason
+
+
+def test_kernel_counts_shapes_and_fails_on_one_slow_shape() -> None:
+    rows = [
+        _row("0.22.0", 0.1, 0.1),
+        _row("split", 0.05, 0.08),
+        _row("0.22.0", 0.5, 0.1, requests=64),
+        _row("split", 1.5, 0.1, requests=64),
+    ]
+    v = kernel.judge(rows, "split")
+    assert v.outcome == FAIL and "fail at 1 of 2 shapes" in v.reason
+    assert kernel.judge(rows[:2], "split").outcome == PASS
+
+
+def test_kernel_without_host_time_never_passes() -> None:
+    rows = [_row("0.22.0", 0.1, None), _row("split", 0.05, None)]
+    v = kernel.judge(rows, "split")
+    assert v.outcome == INCONCLUSIVE and "host time not recorded" in v.reason
+
+
+def test_kernel_reads_legacy_files() -> None:
+    legacy = {
+        "meta": {"baseline": "0.22.0"},
+        "rows": [
+            {
+                "vocab": 32000,
+                "requests": 1,
+                "draft_tokens": 1,
+                "draft_probs": False,
+                "correctness": {"0.22.0": {"mismatch": 0}, "0.22.0+002": {"mismatch": 0}},
+                "variants": {
+                    "0.22.0": {"times_us": BASE, "eager_times_us": _scaled(0.1)},
+                    "0.22.0+002": {"times_us": BASE, "eager_times_us": _scaled(0.3)},
+                },
+            }
+        ],
+    }
+    rows = kernel.from_legacy(legacy)
+    assert {r["variant"] for r in rows} == {"0.22.0", "0.22.0+002"}
+    assert kernel.judge(rows, "0.22.0+002", claim="not slower").outcome == FAIL
+
+
+# serve-bench -------------------------------------------------------------------------------
+def _serve(thr: float, itl: float) -> dict[str, list[float]]:
+    return {"output_throughput": _scaled(thr), "p99_itl_ms": _scaled(itl)}
+
+
+def test_serve_bench_fails_on_a_p99_itl_rise_at_equal_throughput() -> None:
+    v = serve_bench.judge(_serve(1, 1), _serve(1, 3.9))
+    assert v.outcome == FAIL and "p99_itl_ms" in v.reason
+
+
+def test_serve_bench_fails_on_lower_throughput() -> None:
+    assert serve_bench.judge(_serve(1, 1), _serve(0.8, 1)).outcome == FAIL
+
+
+def test_serve_bench_passes_a_resolved_non_regression_only() -> None:
+    assert serve_bench.judge(_serve(1, 1), _serve(1, 1)).outcome == PASS
+    noisy = {"output_throughput": [200.0, 60, 150, 90, 180, 70], "p99_itl_ms": _scaled(1)}
+    assert serve_bench.judge(_serve(1, 1), noisy).outcome == UNRESOLVED
+
+
+# growth ------------------------------------------------------------------------------------
+def _growth_rows(pristine: list[float], patched: list[float]) -> list[dict]:
+    return [
+        {"L": L, "penalties_pristine_ms": a, "penalties_patched_ms": b}
+        for L, a, b in zip((256, 1024, 4096, 12288), pristine, patched, strict=True)
+    ]
+
+
+def test_growth_passes_the_130x_improvement_the_old_rule_failed() -> None:
+    # results/cpu/0.22.0/bench_003.json: pristine 0.60 -> 25.2 ms, patched 0.053 -> 0.194 ms
+    v = growth.judge(_growth_rows([0.60, 2.18, 8.67, 25.2], [0.053, 0.063, 0.163, 0.194]))
+    assert v.outcome == PASS and "130x faster" in v.reason
+
+
+def test_growth_fails_when_patched_still_scales_with_length() -> None:
+    v = growth.judge(_growth_rows([0.6, 2.2, 8.7, 25.2], [0.3, 1.1, 4.3, 12.6]))
+    assert v.outcome == FAIL and "still scales" in v.reason
+
+
+def test_growth_fails_when_patched_is_slower_at_the_longest_length() -> None:
+    assert growth.judge(_growth_rows([0.6, 2, 8, 25], [30, 30, 30, 30])).outcome == FAIL
+
+
+def test_growth_fails_the_first_h100_run_whose_patched_build_grew_9_8x() -> None:
+    rows = _growth_rows([1.40, 5, 20, 54.9], [0.39, 1, 2, 3.84])
+    assert growth.judge(rows).outcome == FAIL
+
+
+def test_growth_is_inconclusive_when_pristine_does_not_grow() -> None:
+    assert growth.judge(_growth_rows([1, 1, 1, 1.5], [0.1] * 4)).outcome == INCONCLUSIVE
+
+
+# outcomes ----------------------------------------------------------------------------------
+def test_combine_and_vocabulary() -> None:
+    assert combine([Verdict(PASS), Verdict(FAIL, "x")]).outcome == FAIL
+    assert combine([Verdict(PASS), Verdict(UNRESOLVED, "y")]).outcome == UNRESOLVED
+    with pytest.raises(ValueError):
+        Verdict("ok")
+    with pytest.raises(ValueError):
+        Verdict(FAIL)
+
+
+def test_shapes_fail_on_one_slower_shape_and_pass_on_resolved_speedups() -> None:
+    fast, same, slow = (stats.paired_ratio(BASE, _scaled(f)) for f in (0.5, 1.0, 1.5))
+    v = performance.judge_shapes({"b1": same, "b8": fast, "b64": slow}, 0.02)
+    assert v.outcome == FAIL and "slower at 1 of 3: b64" in v.reason
+    v = performance.judge_shapes({"b1": same, "b8": fast}, 0.02)
+    assert v.outcome == PASS and "faster at 1 of 2" in v.reason and "b1" in v.reason
+    assert performance.judge_shapes({"b1": same}, 0.02).outcome == UNRESOLVED
+    assert performance.judge_shapes({"b1": same}, 0.05, claim="not slower").outcome == PASS

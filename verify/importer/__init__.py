@@ -1,0 +1,64 @@
+"""The one record route: raw measurement files -> records (verify.results schema 2).
+
+    python -m verify.importer [--version 0.22.0 ...]
+
+Reads every pin's raw files under `paths.results_root()` (the CPU tier's in ``cpu/<pin>/``, the
+GPU tier's in ``gpu/<pin>/``), judges each with its rule from verify.verdicts and rewrites the
+records beside them. Nothing is re-measured: a GPU step is never re-run from here.
+`missing_data` lists what a record lacks that its rule needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verify import results
+from verify.importer import cpu, gpu
+from verify.versions import PINNED
+
+
+def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(tier, path, record) of every record written for `version`."""
+    written = []
+    tier_records, markers = cpu.tier_records(version)
+    for record in [*cpu.bench_records(version), *tier_records]:
+        written.append(("cpu", results.write(record, "cpu", record["step"]), record))
+    for path in markers:
+        path.unlink()
+    for record in gpu.records(version):
+        written.append(("gpu", results.write(record, "gpu", record["step"]), record))
+    return written
+
+
+def missing_data(record: dict[str, Any]) -> list[str]:
+    """What a record lacks that the current rules need (empty: nothing)."""
+    gaps = []
+    machine = record.get("machine", {})
+    gaps += [f"machine {k}" for k, v in machine.items() if v == results.UNKNOWN]
+    reason = record.get("reason", "")
+    if "no pristine-vs-pristine control" in reason or "no pristine-vs-pristine control" in str(
+        record.get("outcome")
+    ):
+        gaps.append("pristine-vs-pristine control")
+    if "not recorded" in reason and record["step"].startswith("kernel"):
+        gaps.append("host time per call (and eager time in the contract format)")
+    if "n=1" in reason or "no interval" in reason:
+        gaps.append("more than one paired round")
+    return gaps
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="append", choices=PINNED)
+    args = parser.parse_args(argv)
+    for version in args.version or PINNED:
+        for tier, path, record in import_version(version):
+            gaps = missing_data(record)
+            print(
+                f"{tier}/{version}/{path.name}: {record['outcome']}"
+                + (f"  [lacks: {', '.join(gaps)}]" if gaps else "")
+            )
+    return 0

@@ -1,0 +1,3 @@
+from verify.importer import main
+
+raise SystemExit(main())

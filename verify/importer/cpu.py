@@ -1,0 +1,189 @@
+"""CPU tier: benchmark files of this machine's scripts and the CPU tier's own records -> records.
+
+- ``bench_003.json`` (scripts/bench_003_cpu.py) -> microbench-003 (growth rule)
+- ``bench_penalties_apply.json`` -> microbench-003-apply (verify.sparse_penalties)
+- ``bench_003_build_ab.json`` -> microbench-003-build (verify.build_ab)
+- the records `python -m verify.e2e` wrote (e2e-*) are re-judged by the rules of
+  verify.verdicts from the numbers they carry (per-round serve-bench values, identity flags);
+  the "e2e-not-run-*" markers are dropped: the registry says per patch what is not applicable.
+
+Numbers, command, date and series come from the files, never recomputed; provenance fields a
+file did not record are "unknown (not recorded by the run)".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verify import build_ab, paths, results, sparse_penalties
+from verify.verdicts import FAIL, PASS, Verdict, growth, identity, serve_bench
+
+Record = dict[str, Any]
+
+
+def cpu_root(version: str) -> Path:
+    return paths.results_root() / "cpu" / version
+
+
+def provenance(data: dict) -> dict:
+    machine, versions = data.get("machine", {}), data.get("versions", {})
+    return {
+        "python": versions.get("python") or data.get("python") or results.UNKNOWN,
+        "cpu": machine.get("cpu_model") or machine.get("cpu") or results.UNKNOWN,
+        "cpu_count": machine.get("cpu_count", results.UNKNOWN),
+        "gpu": data.get("gpu"),
+        "torch": versions.get("torch") or data.get("torch") or results.UNKNOWN,
+    }
+
+
+def _bench(
+    version: str,
+    step: str,
+    src: Path,
+    judge: Callable[[dict, list], Verdict],
+    numbers: Callable[[dict, list], dict],
+    table: Callable[[list], str],
+) -> Record | None:
+    if not src.exists():
+        return None
+    data = json.loads(src.read_text())
+    params, rows = data["params"], data["results"]
+    verdict = judge(params, rows)
+    record = results.make(
+        step, "003", version, verdict.outcome, {**numbers(params, rows), "source": src.name},
+        reason=verdict.reason, command=data["command"], tables=[table(rows)],
+        machine=provenance(data), date=data["date"],
+    )  # fmt: skip
+    results.restamp(record, data.get("series_hash") or "none")
+    return record
+
+
+def _bool_verdict(ok_reason: tuple[bool, str], effect: str = "") -> Verdict:
+    """A (ok, reason) rule as a Verdict; `effect` states the measured effect on a pass."""
+    ok, reason = ok_reason
+    return Verdict(PASS, reason or effect) if ok else Verdict(FAIL, reason)
+
+
+def build_effect(rows: list) -> str:
+    """verify.build_ab rows: per-row loop time / one-gather time per length, with its CI."""
+    return "per-row loop / one gather: " + ", ".join(
+        f"{r['a_over_b']:.2f}x [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] at L={r['L']}" for r in rows
+    )
+
+
+def apply_effect(rows: list) -> str:
+    """verify.sparse_penalties rows: dense / sparse (and dense / one-pass) median step time."""
+    parts = [
+        f"dense / one-pass {r['dense_over_one_pass_median_of_steps']:.2f}x at L={r['L']}"
+        for r in rows
+        if "dense_over_one_pass_median_of_steps" in r
+    ]
+    parts += [f"dense / sparse {r['ratio_median_of_steps']:.2f}x at L={r['L']}" for r in rows]
+    return "; ".join(parts) + " (medians of interleaved steps; no interval recorded)"
+
+
+def _growth_table(rows: list) -> str:
+    lines = [
+        "| L | penalties pristine ms | patched ms | ratio "
+        "| think pristine ms | patched ms | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['L']} | {r['penalties_pristine_ms']:.2f} | {r['penalties_patched_ms']:.2f} | "
+            f"{r['penalties_ratio']:.1f}x | {r['think_pristine_ms']:.2f} | "
+            f"{r['think_patched_ms']:.2f} | {r['think_ratio']:.0f}x |"
+        )
+    return "\n".join(lines)
+
+
+def bench_records(version: str) -> list[Record]:
+    root = cpu_root(version)
+    made = [
+        _bench(
+            version,
+            "microbench-003",
+            root / "bench_003.json",
+            lambda _p, rows: growth.judge(rows),
+            lambda p, rows: {"batch": p["batch"], "growth": growth.length_growth(rows)},
+            _growth_table,
+        ),
+        _bench(
+            version,
+            "microbench-003-apply",
+            root / "bench_penalties_apply.json",
+            lambda p, rows: _bool_verdict(sparse_penalties.verdict(p, rows), apply_effect(rows)),
+            sparse_penalties.numbers,
+            sparse_penalties.table,
+        ),
+        _bench(
+            version,
+            "microbench-003-build",
+            root / "bench_003_build_ab.json",
+            lambda _p, rows: _bool_verdict(build_ab.verdict(rows), build_effect(rows)),
+            build_ab.numbers,
+            build_ab.table,
+        ),
+    ]
+    return [r for r in made if r]
+
+
+def _serve(numbers: dict) -> Verdict:
+    runs = numbers.get("runs", {})
+    if not runs.get("pristine"):
+        return Verdict("not run", "the record carries no per-round values")
+    per = {v: {m: [r[m] for r in runs[v]] for m in serve_bench.METRICS} for v in runs}
+    return serve_bench.judge(per["pristine"], per["patched"], 0.05)
+
+
+def rejudge(record: Record) -> Record | None:
+    """A CPU-tier record under the current rules (None: a marker the registry replaces)."""
+    step, n = record["step"], record.get("numbers", {})
+    if step.startswith("e2e-not-run"):
+        return None
+    if step == "e2e-serve-bench":
+        verdict = _serve(n)
+        n = {**n, **{f"{m}_patched_over_pristine": v for m, v in verdict.numbers.items()}}
+    elif step == "e2e-token-identity":
+        verdict = identity.judge(not n.get("differing"), None, "tokens")
+    elif step == "e2e-embeddings":
+        verdict = identity.judge(not n.get("differing_vectors"), None, "vectors")
+    elif step == "e2e-gsm8k":
+        verdict = identity.judge(not n.get("differing_doc_ids"), None, "responses")
+    else:
+        return upgrade(record)
+    record = upgrade({**record, "numbers": n})
+    record.update(outcome=verdict.outcome, reason=verdict.reason)
+    return record
+
+
+def upgrade(record: Record) -> Record:
+    """A schema-1 record as schema 2: same run, date, machine and series; patch ids added."""
+    if record.get("schema") == 2:
+        return record
+    new = results.make(
+        record["step"], record["seed"], record["vllm_version"],
+        "not applicable" if record["outcome"] == "n/a" else record["outcome"],
+        record.get("numbers"), reason=record.get("reason", ""), command=record.get("command"),
+        tables=record.get("tables"), machine=record.get("machine"), date=record.get("date"),
+    )  # fmt: skip
+    results.restamp(new, record.get("series_hash") or "unknown")
+    return new
+
+
+def tier_records(version: str) -> tuple[list[Record], list[Path]]:
+    """(re-judged records, marker files to remove) of the CPU tier's own records."""
+    out, drop = [], []
+    for path in sorted(cpu_root(version).glob("*.json")):
+        data = json.loads(path.read_text())
+        if "schema" not in data or data.get("step", "").startswith("microbench-"):
+            continue  # a benchmark's raw file, or a record bench_records makes from one
+        new = rejudge(data)
+        if new is None:
+            drop.append(path)
+        else:
+            out.append(new)
+    return out, drop

@@ -1,0 +1,270 @@
+"""The registry of what proves each patch: one TOML file per patch in `patches/registry/`.
+
+A patch is known by a stable id, its file name (``<slug>.toml``): a slug that survives
+renumbering and porting (not a seed, an issue or a patch number). The same change carried on
+several pins is one entry. Adding a patch = adding one file; nothing else lists patches.
+
+Entry format (every key but ``steps`` is required; step keys marked * are optional)::
+
+    title = "Skip the FP32 logits copy in the MRV2 sampler"
+    devices = ["cuda"]            # where the patch's code path runs in vLLM: cpu, cuda
+    upstream_figure = "..."       # the upstream PR's own figure, with its source ("" if none)
+    why = "..."                   # vllm-ascend style registry text: the problem, no numbers
+    how = "..."                   # what the patch changes
+    related_pr = "https://github.com/vllm-project/vllm/pull/NNNNN"   (or "none")
+    future_plan = "..."
+
+    [pins]                        # pin -> the patch's subject line on that pin (matched exactly,
+    "0.22.0" = "[Perf][MRV2] ..." #   so renumbering a series never breaks the link)
+
+    [[steps]]
+    kind = "equivalence"          # equivalence | upstream-tests | microbench | kernel | e2e
+                                  # | serve-bench | gsm8k | embeddings | attribution
+    title = "..."
+    device = "cpu"                # where the step runs: cpu | cuda
+    rule = "tests"                # tests | identity | performance | kernel | serve-bench | growth
+    records = ["equivalence-003"] # record step names (results/<tier>/<pin>/) holding its evidence
+    command = "pytest ..."        # what a contributor runs, on a vLLM checkout where upstream=true
+    upstream* = true              # the command runs on a vLLM checkout of the pin (default false)
+    harness* = ["tests/equivalence/test_003_penalties.py"]  # files whose content produced it
+    pins* = ["0.22.0"]            # only on these pins (default: every pin of the entry)
+    claim* = "faster"             # performance/kernel/serve-bench: "faster" | "not slower"
+    threshold* = 0.05             # noise threshold (fraction)
+    variant* = "{pin}+010"        # kernel: the variant judged, "{pin}" = the pin (its baseline
+                                  #   is named in the raw rows)
+    not_applicable* = "why"       # the step does not run this patch's code on that device
+    note* = "..."                 # shown beside the step in the report
+
+`validate` checks every series against the registry: each patch has exactly one entry, each
+entry's pins name a patch that exists, each step is well formed (tests/test_registry.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify.errors import PatchbenchError
+from verify.series import PATCHES_DIR, Patch, read_series
+
+REGISTRY_DIR = PATCHES_DIR / "registry"
+KINDS = (
+    "equivalence",
+    "upstream-tests",
+    "microbench",
+    "kernel",
+    "e2e",
+    "serve-bench",
+    "gsm8k",
+    "embeddings",
+    "attribution",
+)
+RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
+DEVICES = ("cpu", "cuda")
+CLAIMS = ("faster", "not slower")
+_REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")
+_STEP_REQUIRED = ("kind", "title", "device", "rule", "records", "command")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    title: str
+    device: str
+    rule: str
+    records: tuple[str, ...]
+    command: str
+    upstream: bool = False
+    harness: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    claim: str = "faster"
+    threshold: float = 0.05
+    variant: str = ""
+    not_applicable: str = ""
+    note: str = ""
+
+    def on(self, version: str) -> bool:
+        return not self.pins or version in self.pins
+
+
+@dataclass(frozen=True)
+class Entry:
+    slug: str
+    title: str
+    devices: tuple[str, ...]
+    why: str
+    how: str
+    related_pr: str
+    future_plan: str
+    pins: dict[str, str]
+    upstream_figure: str = ""
+    steps: tuple[Step, ...] = field(default=())
+
+    def steps_on(self, version: str) -> list[Step]:
+        return [s for s in self.steps if s.on(version)]
+
+
+def _step(slug: str, raw: dict[str, Any]) -> Step:
+    missing = [k for k in _STEP_REQUIRED if k not in raw]
+    if missing:
+        raise PatchbenchError(f"registry {slug}: a step lacks {', '.join(missing)}")
+    unknown = set(raw) - set(Step.__dataclass_fields__)
+    if unknown:
+        raise PatchbenchError(f"registry {slug}: unknown step key(s) {', '.join(sorted(unknown))}")
+    step = Step(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+    problems = [
+        f"kind {step.kind!r}" * (step.kind not in KINDS),
+        f"rule {step.rule!r}" * (step.rule not in RULES),
+        f"device {step.device!r}" * (step.device not in DEVICES),
+        f"claim {step.claim!r}" * (step.claim not in CLAIMS),
+    ]
+    if any(problems):
+        raise PatchbenchError(
+            f"registry {slug}: step {step.title!r} has an unknown "
+            + ", ".join(filter(None, problems))
+        )
+    return step
+
+
+def parse_entry(path: Path) -> Entry:
+    slug = path.stem
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug):
+        raise PatchbenchError(f"registry file {path.name}: the id must be a lower-case slug")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise PatchbenchError(f"registry file {path.name}: not valid TOML ({exc})") from exc
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise PatchbenchError(f"registry {slug}: missing {', '.join(missing)}")
+    bad = [d for d in raw["devices"] if d not in DEVICES]
+    if bad:
+        raise PatchbenchError(f"registry {slug}: unknown device(s) {bad}")
+    return Entry(
+        slug=slug,
+        title=raw["title"],
+        devices=tuple(raw["devices"]),
+        why=raw["why"].strip(),
+        how=raw["how"].strip(),
+        related_pr=raw["related_pr"],
+        future_plan=raw["future_plan"].strip(),
+        pins=dict(raw["pins"]),
+        upstream_figure=raw.get("upstream_figure", "").strip(),
+        steps=tuple(_step(slug, s) for s in raw.get("steps", [])),
+    )
+
+
+def load(root: Path | None = None) -> dict[str, Entry]:
+    """Every entry of the registry, by id."""
+    directory = root or REGISTRY_DIR
+    return {p.stem: parse_entry(p) for p in sorted(directory.glob("*.toml"))}
+
+
+def entry_for(patch: Patch, version: str, entries: dict[str, Entry] | None = None) -> Entry | None:
+    """The entry whose pin `version` names `patch`'s subject line."""
+    entries = load() if entries is None else entries
+    found = [e for e in entries.values() if e.pins.get(version) == patch.subject]
+    return found[0] if found else None
+
+
+def patches_for_record(
+    version: str, step: str, entries: dict[str, Entry] | None = None
+) -> list[str]:
+    """Ids of the patches whose registry steps on `version` name record step `step`."""
+    entries = load() if entries is None else entries
+    return [
+        e.slug
+        for e in entries.values()
+        if version in e.pins and any(step in s.records for s in e.steps_on(version))
+    ]
+
+
+def validate(
+    versions: list[str], root: Path | None = None, patches_root: Path | None = None
+) -> list[str]:
+    """Problems between the registry and the series of `versions` (empty: consistent)."""
+    entries = load(root)
+    problems = []
+    for version in versions:
+        subjects = {p.subject: p.name for p in read_series(version, patches_root)}
+        for subject, name in subjects.items():
+            owners = [e.slug for e in entries.values() if e.pins.get(version) == subject]
+            if len(owners) != 1:
+                problems.append(
+                    f"{version}/{name}: {len(owners)} registry entries ({', '.join(owners)}); "
+                    "add patches/registry/<id>.toml naming its subject under [pins]"
+                )
+        for entry in entries.values():
+            subject = entry.pins.get(version)
+            if subject is not None and subject not in subjects:
+                problems.append(
+                    f"registry {entry.slug}: pin {version} names {subject!r}, "
+                    "which is no patch of that series"
+                )
+    for entry in entries.values():
+        for pin in entry.pins:
+            if pin not in versions:
+                problems.append(f"registry {entry.slug}: unknown pin {pin}")
+    return problems
+
+
+def diff_hash(patch: Patch, length: int = 12) -> str:
+    """Content hash of what a patch does: its diff, without the commit message, the
+    format-patch header and the trailing git version signature. Rewording a message keeps
+    the evidence fresh; any change to the code or tests the patch touches makes it stale."""
+    return diff_hash_text(patch.path.read_text(encoding="utf-8"), length)
+
+
+def diff_hash_text(text: str, length: int = 12) -> str:
+    """`diff_hash` of one format-patch text."""
+    start = text.find("\ndiff --git ")
+    diff = text[start + 1 :] if start >= 0 else text
+    diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
+    return hashlib.sha256(diff.encode()).hexdigest()[:length]
+
+
+def harness_hash(paths: tuple[str, ...] | list[str], repo: Path | None = None) -> str:
+    """Content hash of the harness files (repo-relative) that produced a record; "none" when
+    the step names no harness. A missing file hashes as its name, so it still changes it."""
+    if not paths:
+        return "none"
+    base = repo or PATCHES_DIR.parent
+    digest = hashlib.sha256()
+    for rel in sorted(paths):
+        path = base / rel
+        digest.update(rel.encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return digest.hexdigest()[:12]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m verify.registry [check|list]``: validate the registry against every pinned
+    series (exit 1 on a problem), or list each entry with its pins and steps."""
+    import argparse
+
+    from verify.versions import PINNED
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("command", nargs="?", default="check", choices=("check", "list"))
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for entry in load().values():
+            pins = ", ".join(entry.pins)
+            print(f"{entry.slug}: {entry.title} [{pins}; {', '.join(entry.devices)}]")
+            for step in entry.steps:
+                where = "n/a" if step.not_applicable else ", ".join(step.records) or "no record"
+                print(f"    {step.kind:<15} {step.device:<5} {step.rule:<12} {where}")
+        return 0
+    problems = validate(list(PINNED))
+    for problem in problems:
+        print(problem)
+    print(f"registry: {len(load())} entries, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
