@@ -140,7 +140,7 @@ def test_unexported_commits_are_refused_unless_forced(make_tree):
     _two_patch_series(tree)
     commit_change(tree, "vllm/sampler.py", "return x + 2\n", "return x + 200\n", "[Perf] New")
     head = tree.head()
-    with pytest.raises(PatchbenchError, match="not in .*Run the export session"):
+    with pytest.raises(PatchbenchError, match="not in .*Keep them: run the export session"):
         tree.apply()
     assert tree.head() == head
     assert len(tree.apply(force=True)) == 2

@@ -101,3 +101,50 @@ def test_series_order_comments_and_missing_file(tmp_path):
 
 def test_no_series_is_empty(tmp_path):
     assert read_series("1.0.0", tmp_path) == []
+
+
+def _patch_with_message(tmp_path, message: str):
+    text = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: a <a@b>\nDate: Mon, 23 Nov 2026 00:00:00 +0000\n"
+        f"Subject: [Perf] Faster x\n\n{message}\n---\n{DIFF}"
+    )
+    path = tmp_path / "0001-x.patch"
+    path.write_text(text)
+    return parse_patch(path)
+
+
+def test_wrapped_lower_case_and_signed_off_paragraph_are_trailers(tmp_path):
+    message = (
+        "Why: because.\n\n"
+        "upstream: none\nSTATUS: local\n"
+        "Verify: tests/equivalence/test_x.py and the upstream tests of\n"
+        "  tests/v1/sample (pytest -q)\n"
+        "drop-when: never\nObsolete-in: 0.30.0\nFixes: GHSA-8wr5-jm2h-8r4f\n\n"
+        "Signed-off-by: Pat Contributor <pat@contributor.example>"
+    )
+    patch = _patch_with_message(tmp_path, message)
+    assert patch.trailers["Verify"] == (
+        "tests/equivalence/test_x.py and the upstream tests of tests/v1/sample (pytest -q)"
+    )
+    assert patch.status == "local" and patch.upstream == "none"
+    assert patch.obsolete_in == "0.30.0"
+    assert patch.trailers["Fixes"] == "GHSA-8wr5-jm2h-8r4f"
+    assert patch.trailers["Signed-off-by"].startswith("Pat Contributor")
+
+
+def test_prose_paragraph_is_not_taken_for_trailers(tmp_path, bad_input):
+    message = "Upstream: none\nStatus: local\n\nThis paragraph is prose, not trailers.\nIt ends."
+    with pytest.raises(PatchbenchError, match="missing metadata trailer") as info:
+        _patch_with_message(tmp_path, message)
+    bad_input("metadata trailers followed by a prose paragraph", str(info.value))
+
+
+def test_duplicate_entry_is_named(tmp_path, bad_input):
+    directory = tmp_path / "1.0.0"
+    directory.mkdir()
+    _patch(directory, "0001-a.patch")
+    (directory / "series").write_text("0001-a.patch\n0001-a.patch\n")
+    with pytest.raises(PatchbenchError, match="lists 0001-a.patch more than once") as info:
+        read_series("1.0.0", tmp_path)
+    bad_input("the same patch twice in `series`", str(info.value))
