@@ -94,6 +94,21 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ci_config(args: argparse.Namespace) -> int:
+    from verify import ci_config
+
+    root = paths.repo_root()
+    differing = ci_config.write(root, check=args.check)
+    if args.check and differing:
+        for path in differing:
+            print(f"ci-config: {path} differs from the generator's output", file=sys.stderr)
+        say("run `python -m verify ci-config` and commit the result")
+        return 1
+    say(f"{'checked' if args.check else 'wrote'} {', '.join(map(str, differing)) or 'nothing'}"
+        f" ({'all current' if not differing else 'regenerated'})")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="PR-ready report per patch from the recorded results")
     p.add_argument("version")
     p.set_defaults(func=_report)
+    p = sub.add_parser("ci-config", help="generate the GitHub workflow and Buildkite pipeline")
+    p.add_argument("--check", action="store_true", help="fail if the committed files differ")
+    p.set_defaults(func=_ci_config)
     return parser
 
 
