@@ -12,15 +12,18 @@ from verify.progress import Steps
 from verify.versions import PINNED
 
 
-def test_unpinned_version_is_refused(capsys):
+def test_unpinned_version_is_refused(capsys, bad_input):
     assert main(["apply", "0.0.1"]) == 2
     err = capsys.readouterr().err
     assert "vLLM 0.0.1 is not a pinned version" in err and PINNED[0] in err
+    bad_input("`apply 0.0.1` (a version that is not pinned)", err.strip())
 
 
-def test_not_a_version(capsys):
+def test_not_a_version(capsys, bad_input):
     assert main(["status", "latest"]) == 2
-    assert "not a pinned version" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not a pinned version" in err
+    bad_input("`status latest` (not a version)", err.strip())
 
 
 def test_help_lists_commands():

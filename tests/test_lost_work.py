@@ -252,15 +252,26 @@ def test_read_only_build_folder_is_a_named_error(pinned_release, bad_input):
     bad_input("`apply` with a read-only build folder", run.stderr.strip().splitlines()[-1])
 
 
-def test_read_only_cache_folder_is_a_named_error(pinned_release, bad_input):
+def test_read_only_cache_folder_is_a_named_error(pinned_release, tmp_path, monkeypatch,
+                                                bad_input):  # fmt: skip
+    from tests.conftest import make_sdist
+    from tests.test_sdist import _Index
+
+    served = tmp_path / "served"
+    served.mkdir()
+    server = _Index(served)
+    server.add(make_sdist(served, "0.22.0"))
+    monkeypatch.setenv("PATCHBENCH_INDEX_URL", server.url)
     cache = Path(pinned_release["PATCHBENCH_CACHE_DIR"])
     shutil.rmtree(cache / "sdists")
-    cache.mkdir(exist_ok=True)
-    run = _readonly_run(cache, ["apply", "0.22.0"])
+    try:
+        run = _readonly_run(cache, ["apply", "0.22.0"])
+    finally:
+        server.close()
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
-    assert "PATCHBENCH_CACHE_DIR" in run.stderr
-    bad_input("`apply` with a read-only, empty sdist cache and no index",
+    assert "cannot write to" in run.stderr and "PATCHBENCH_CACHE_DIR" in run.stderr
+    bad_input("`apply` with a read-only sdist cache that lacks the sdist",
               run.stderr.strip().splitlines()[-1])  # fmt: skip
 
 

@@ -48,13 +48,14 @@ def test_parse_valid_patch(tmp_path):
 
 
 @pytest.mark.parametrize("missing", ["Upstream", "Status", "Verify", "Drop-when"])
-def test_missing_trailer_names_patch_and_key(tmp_path, missing):
+def test_missing_trailer_names_patch_and_key(tmp_path, missing, bad_input):
     trailers = {
         "Upstream": "none", "Status": "local", "Verify": "x", "Drop-when": "y",
     }  # fmt: skip
     del trailers[missing]
-    with pytest.raises(PatchbenchError, match=f"0001-x.patch: missing .*{missing}"):
+    with pytest.raises(PatchbenchError, match=f"0001-x.patch: missing .*{missing}") as info:
         parse_patch(_patch(tmp_path, trailers=trailers))
+    bad_input(f"a patch without one of the required trailers ({missing})", str(info.value))
 
 
 @pytest.mark.parametrize(
@@ -66,25 +67,28 @@ def test_missing_trailer_names_patch_and_key(tmp_path, missing):
         ("Obsolete-in", "soon", "malformed 'Obsolete-in"),
     ],
 )
-def test_malformed_trailer(tmp_path, key, value, message):
+def test_malformed_trailer(tmp_path, key, value, message, bad_input):
     trailers = {"Upstream": "none", "Status": "proposed", "Verify": "x", "Drop-when": "y"}
     trailers[key] = value
-    with pytest.raises(PatchbenchError, match=message):
+    with pytest.raises(PatchbenchError, match=message) as info:
         parse_patch(_patch(tmp_path, trailers=trailers))
+    bad_input(f"a malformed trailer value ({key}: {value})", str(info.value))
 
 
-def test_not_a_patch(tmp_path):
+def test_not_a_patch(tmp_path, bad_input):
     path = tmp_path / "0001-x.patch"
     path.write_text("hello\n")
-    with pytest.raises(PatchbenchError, match="not a git format-patch file"):
+    with pytest.raises(PatchbenchError, match="not a git format-patch file") as info:
         parse_patch(path)
+    bad_input("a `.patch` file that is not a git format-patch file", str(info.value))
 
 
-def test_binary_garbage(tmp_path):
+def test_binary_garbage(tmp_path, bad_input):
     path = tmp_path / "0001-x.patch"
     path.write_bytes(b"From \xff\xfe\x00garbage")
-    with pytest.raises(PatchbenchError, match="not UTF-8"):
+    with pytest.raises(PatchbenchError, match="not UTF-8") as info:
         parse_patch(path)
+    bad_input("a `.patch` file that is not UTF-8 text", str(info.value))
 
 
 def test_series_order_comments_and_missing_file(tmp_path):

@@ -109,6 +109,17 @@ def _ci_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bad_input_docs(args: argparse.Namespace) -> int:
+    from verify import bad_input
+
+    current = bad_input.write(paths.repo_root(), check=args.check)
+    if args.check and not current:
+        say(f"{bad_input.DOC} is not current: run `python -m verify bad-input-docs`")
+        return 1
+    say(f"{bad_input.DOC} {'is current' if current else 'written'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ci-config", help="generate the GitHub workflow and Buildkite pipeline")
     p.add_argument("--check", action="store_true", help="fail if the committed files differ")
     p.set_defaults(func=_ci_config)
+    p = sub.add_parser("bad-input-docs", help="docs/bad-input.md from the tests that try them")
+    p.add_argument("--check", action="store_true", help="fail if the committed file differs")
+    p.set_defaults(func=_bad_input_docs)
     return parser
 
 
