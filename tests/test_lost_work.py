@@ -332,3 +332,26 @@ def test_suite_runs_in_temporary_folders():
     author = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], capture_output=True, text=True,
                             cwd=REPO).stdout  # fmt: skip
     assert author.startswith(f"{CONTRIBUTOR[0]} <{CONTRIBUTOR[1]}>")
+
+
+# -- row 11: `.ci/run` and every record-writing command keep tracked files unchanged ---------
+def test_status_writes_its_json_to_the_results_folder(pinned_release):
+    tracked = REPO / "results" / "status.json"
+    before = tracked.read_bytes()
+    assert main(["status", "0.22.0"]) == 0
+    written = Path(pinned_release["PATCHBENCH_RESULTS_DIR"]) / "status.json"
+    assert written.exists()
+    assert tracked.read_bytes() == before
+
+
+def test_ci_run_writes_records_to_a_temporary_folder_and_checks_git_status():
+    script = (REPO / ".ci" / "run").read_text()
+    readme = (REPO / "README.md").read_text()
+    first_nox = script.index("nox -s")
+    for variable in ("PATCHBENCH_RESULTS_DIR", "PATCHBENCH_REPORTS_DIR"):
+        assert script.index(f'export {variable}="$scratch/') < first_nox
+    assert "scratch=$(mktemp -d" in script
+    test_command = readme.split("## Tests", 1)[1].split("```", 2)[1].strip()
+    assert test_command == "nox -s tests" and f"\n{test_command}\n" in script
+    assert "git status --porcelain" in script[script.rindex("nox -s") :]
+    assert 'nox -s "verify-$main" -- --quick' in script
