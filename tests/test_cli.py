@@ -30,7 +30,7 @@ def test_help_lists_commands():
     out = subprocess.run(
         [sys.executable, "-m", "verify", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    for command in ("apply", "check", "export", "status"):
+    for command in ("apply", "check", "export", "status", "ci-config", "bad-input-docs"):
         assert command in out
 
 

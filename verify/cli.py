@@ -125,7 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("apply", help="pristine source -> build tree -> series applied")
     p.add_argument("version")
-    p.add_argument("--force", action="store_true", help="discard build-tree commits not exported")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace build-tree commits not in the series (kept on a backup branch)",
+    )
     p.set_defaults(func=_apply)
     p = sub.add_parser("check", help="fail if patches/<version>/ differs from the build tree")
     p.add_argument("version")

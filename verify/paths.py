@@ -104,7 +104,7 @@ def sweep_staging(parent: Path, prefix: str) -> list[Path]:
     removed = []
     for path in parent.glob(f"{prefix}{STAGING_MARK}*") if parent.is_dir() else ():
         pid = path.name[len(prefix) + len(STAGING_MARK) :].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -113,7 +113,8 @@ def sweep_staging(parent: Path, prefix: str) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if a process `pid` exists (signal 0; a process of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
