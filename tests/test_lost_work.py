@@ -348,10 +348,19 @@ def test_ci_run_writes_records_to_a_temporary_folder_and_checks_git_status():
     script = (REPO / ".ci" / "run").read_text()
     readme = (REPO / "README.md").read_text()
     first_nox = script.index("nox -s")
-    for variable in ("PATCHBENCH_RESULTS_DIR", "PATCHBENCH_REPORTS_DIR"):
+    for variable in ("PATCHBENCH_BUILD_DIR", "PATCHBENCH_RESULTS_DIR", "PATCHBENCH_REPORTS_DIR"):
         assert script.index(f'export {variable}="$scratch/') < first_nox
     assert "scratch=$(mktemp -d" in script
     test_command = readme.split("## Tests", 1)[1].split("```", 2)[1].strip()
     assert test_command == "nox -s tests" and f"\n{test_command}\n" in script
     assert "git status --porcelain" in script[script.rindex("nox -s") :]
     assert 'nox -s "verify-$main" -- --quick' in script
+
+
+def test_the_stamp_names_the_series_hash_the_tree_was_applied_from(make_tree):
+    from verify.series import series_hash
+
+    tree = make_tree()
+    assert tree.applied_series_hash() is None
+    _two_patch_series(tree)
+    assert tree.applied_series_hash() == series_hash(tree.version, tree.patches_root)

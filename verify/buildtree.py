@@ -33,7 +33,14 @@ import git
 from verify import paths, sdist
 from verify.errors import ApplyError, PatchbenchError
 from verify.progress import say
-from verify.series import Patch, parse_patch, read_series, series_dir, write_series
+from verify.series import (
+    Patch,
+    parse_patch,
+    read_series,
+    series_dir,
+    series_hash,
+    write_series,
+)
 
 STAMP = "patchbench-applied.json"
 BACKUP_PREFIX = "patchbench-backup"
@@ -245,12 +252,21 @@ class BuildTree:
     def _write_stamp(self, tree_state: dict[str, str] | None = None) -> None:
         data = {
             "version": self.version,
+            "series_hash": series_hash(self.version, self.patches_root),
             "files": _folder_state(self.series_path),
             "tree": self._commits_state() if tree_state is None else tree_state,
         }
         tmp = self.stamp_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, self.stamp_path)
+
+    def applied_series_hash(self) -> str | None:
+        """`series_hash` of `patches/<version>/` when the tree was last in step with it (None
+        if unknown): the hash records of a run on this tree should carry."""
+        try:
+            return json.loads(self.stamp_path.read_text()).get("series_hash")
+        except (FileNotFoundError, ValueError):
+            return None
 
     def changed_since_applied(self) -> list[str] | None:
         """Files of `patches/<version>/` changed, added or removed since the tree was last in
