@@ -73,6 +73,9 @@ def _job_steps(session: str, extra: list[str] | None = None) -> list[dict]:
         "PATCHBENCH_BUILD_DIR": f"{results}/build",
         "PATCHBENCH_RESULTS_DIR": f"{results}/results",
         "PATCHBENCH_REPORTS_DIR": f"{results}/reports",
+        # The CPU tier's gsm8k data (default ../shared/data/gsm8k beside the clone).
+        "PATCHBENCH_GSM8K_DIR": "${{ vars.PATCHBENCH_GSM8K_DIR }}",
+        "PATCHBENCH_GSM8K_TRAIN": "${{ vars.PATCHBENCH_GSM8K_TRAIN }}",
     }
     return [
         {"uses": "actions/checkout@v4"},
