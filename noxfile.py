@@ -80,10 +80,10 @@ def export(session: nox.Session, version: str) -> None:
               "patched equivalence tests on this CPU", tags=[*HEAVY, "equivalence"])  # fmt: skip
 def equivalence(session: nox.Session, version: str) -> None:
     _tool(session, "apply", version)
-    _equivalence(session, version)
+    _equivalence(session, version, session.posargs)
 
 
-def _equivalence(session: nox.Session, version: str) -> None:
+def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()) -> None:
     """Install the equivalence dependencies into the session and run tests/equivalence."""
     requirements = _relaxed_requirements(session, version)
     session.install(_cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
@@ -94,7 +94,7 @@ def _equivalence(session: nox.Session, version: str) -> None:
     # exit 5 = no test covers this pin yet; exit 1 = failures, recorded below, then fatal
     session.run(
         "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q",
-        f"--junitxml={junit}", *session.posargs, success_codes=[0, 1, 5],
+        f"--junitxml={junit}", *pytest_args, success_codes=[0, 1, 5],
     )  # fmt: skip
     if junit.exists():
         session.run("python", "-m", "verify.equivalence.record", version, str(junit))
