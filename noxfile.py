@@ -1,6 +1,10 @@
-"""nox sessions of vllm-patchbench; `nox -l` lists them, one per pinned vLLM version where it
-applies. Tooling sessions run in the current environment (`pip install -e .` first); sessions
-that import vLLM or torch build their own cached virtualenvs."""
+"""nox sessions of vllm-patchbench, one per pinned vLLM version where it applies.
+
+Main job: `nox -s verify-0.22.0` (apply, check, equivalence, the CPU tier, report; summary table).
+Tags: `nox -t fast` (seconds to ~3 min, no vLLM runtime), `nox -t heavy` (installs torch/vLLM or
+runs engines; the description gives a rough time), `nox -t cpu-tier`, `nox -t gpu` (CUDA machine),
+`nox -t equivalence`. Tooling sessions run in the current environment (`pip install -e .` first);
+sessions that import vLLM or torch build their own cached virtualenvs."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
+from verify import paths  # noqa: E402
+from verify.progress import Steps  # noqa: E402
 from verify.versions import PINNED  # noqa: E402
 
 nox.options.reuse_existing_virtualenvs = True
@@ -31,11 +37,11 @@ def _tool(session: nox.Session, *args: str) -> None:
     session.run(sys.executable, "-m", "verify", *args, external=True)
 
 
-def _per_version(name: str, help_text: str, **kwargs):
-    """Register `name-<version>` for every pinned version."""
+def _per_version(name: str, help_text: str, pins=PINNED, **kwargs):
+    """Register `name-<version>` for every pinned version (or `pins`)."""
 
     def register(func):
-        for version in PINNED:
+        for version in pins:
 
             def session_func(session: nox.Session, _v: str = version) -> None:
                 func(session, _v)
@@ -47,37 +53,48 @@ def _per_version(name: str, help_text: str, **kwargs):
     return register
 
 
-@_per_version("apply", "pristine source -> build tree -> series applied", venv_backend="none")
+FAST = ["fast"]
+HEAVY = ["heavy"]
+
+
+@_per_version("apply", "[~1 min cold, seconds warm] pristine sdist -> build tree -> series applied",
+              venv_backend="none", tags=FAST)  # fmt: skip
 def apply(session: nox.Session, version: str) -> None:
     _tool(session, "apply", version, *session.posargs)
 
 
-@_per_version("check", "fail if patches/<v>/ is not exactly the build tree's export",
-              venv_backend="none")  # fmt: skip
+@_per_version("check", "[seconds] fail if patches/<v>/ is not exactly the build tree's export",
+              venv_backend="none", tags=FAST)  # fmt: skip
 def check(session: nox.Session, version: str) -> None:
     _tool(session, "check", version, *session.posargs)
 
 
-@_per_version("export", "regenerate patches/<v>/ from the build tree's commits",
-              venv_backend="none")  # fmt: skip
+@_per_version("export", "[seconds] regenerate patches/<v>/ from the build tree's commits",
+              venv_backend="none", tags=FAST)  # fmt: skip
 def export(session: nox.Session, version: str) -> None:
-    _tool(session, "export", version)
+    _tool(session, "export", version, *session.posargs)
     session.notify(f"check-{version}")
 
 
-@_per_version("equivalence", "pristine vs patched equivalence tests on this CPU")
+@_per_version("equivalence", "heavy, ~5-15 min (torch + the pin's requirements): pristine vs "
+              "patched equivalence tests on this CPU", tags=[*HEAVY, "equivalence"])  # fmt: skip
 def equivalence(session: nox.Session, version: str) -> None:
     _tool(session, "apply", version)
+    _equivalence(session, version, session.posargs)
+
+
+def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()) -> None:
+    """Install the equivalence dependencies into the session and run tests/equivalence."""
     requirements = _relaxed_requirements(session, version)
     session.install(_cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
     session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
     session.install("--no-deps", "-e", ".")
     session.env["PATCHBENCH_PIN"] = version
-    junit = ROOT / "build" / f"junit-equivalence-{version}.xml"
+    junit = paths.build_root() / f"junit-equivalence-{version}.xml"
     # exit 5 = no test covers this pin yet; exit 1 = failures, recorded below, then fatal
     session.run(
         "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q",
-        f"--junitxml={junit}", *session.posargs, success_codes=[0, 1, 5],
+        f"--junitxml={junit}", *pytest_args, success_codes=[0, 1, 5],
     )  # fmt: skip
     if junit.exists():
         session.run("python", "-m", "verify.equivalence.record", version, str(junit))
@@ -92,7 +109,7 @@ RELAXED = {
 
 def _relaxed_requirements(session: nox.Session, version: str) -> Path:
     """The pin's requirements/common.txt, minus version floors listed in RELAXED."""
-    source = ROOT / "build" / version / "requirements" / "common.txt"
+    source = paths.build_root() / version / "requirements" / "common.txt"
     relax = RELAXED.get(version, {})
     if not relax:
         return source
@@ -116,28 +133,28 @@ def _torch_pin_file(session: nox.Session) -> Path:
     return path
 
 
-@_per_version("wheel", "patched wheel: official wheel + series, version <v>+pb.<hash>",
-              venv_backend="none")  # fmt: skip
+@_per_version("wheel", "heavy, ~2 min (downloads the official wheel): patched wheel, version "
+              "<v>+pb.<hash>", venv_backend="none", tags=HEAVY)  # fmt: skip
 def wheel(session: nox.Session, version: str) -> None:
     """`nox -s wheel-0.22.0 -- --flavor cuda` for the CUDA wheel (default: cpu)."""
     _tool(session, "wheel", version, *session.posargs)
 
 
-@_per_version("report", "PR-ready report per patch (reports/<v>/) from results/",
-              venv_backend="none")  # fmt: skip
+@_per_version("report", "[seconds] PR-ready report per patch (reports/<v>/) from results/",
+              venv_backend="none", tags=FAST)  # fmt: skip
 def report(session: nox.Session, version: str) -> None:
     _tool(session, "report", version)
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_backend="none", tags=FAST)
 def status(session: nox.Session) -> None:
-    """Table: every patch x every pinned version (needed / upstream / obsolete / conflicts)."""
+    """[~1 min cold] every patch x every pinned version (needed / upstream / conflicts ...)."""
     _tool(session, "status", *session.posargs)
 
 
-@nox.session
+@nox.session(tags=FAST)
 def tests(session: nox.Session) -> None:
-    """The project's own pytest suite (tooling; slow tests use the real vLLM sdist)."""
+    """[~3 min] the project's own test suite (temporary folders; no vLLM runtime needed)."""
     session.install("-e", ".[dev]")
     session.run(
         "python", "-m", "pytest", "tests", "--ignore=tests/equivalence",
@@ -145,18 +162,18 @@ def tests(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session
+@nox.session(tags=HEAVY)
 def kernels(session: nox.Session) -> None:
-    """Standalone Triton kernels under development (scripts/kernels) on CPU via the interpreter."""
+    """heavy, ~3 min (installs torch): scripts/kernels' Triton kernels under the interpreter."""
     session.install(_cpu_torch(), "triton", "numpy", "pytest", "gitpython")
     session.install("--no-deps", "-e", ".")
     session.env["TRITON_INTERPRET"] = "1"
     session.run("python", "-m", "pytest", "tests/test_split_recovered_kernel.py", "-q")
 
 
-@nox.session
+@nox.session(tags=FAST)
 def lint(session: nox.Session) -> None:
-    """ruff check + format check."""
+    """[seconds] ruff check + format check."""
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -178,20 +195,70 @@ def _e2e(session: nox.Session, *args: str) -> None:
 
 for _v in _cpu_pins():
 
-    @nox.session(name=f"e2e-{_v}", venv_backend="none")
+    @nox.session(name=f"e2e-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
     def _e2e_session(session: nox.Session, _v: str = _v) -> None:
-        """CPU e2e: token identity + embeddings A/B, then the broken-patch test (must fail)."""
+        """heavy, ~15 min (+6 GB venv once): CPU tokens + embeddings A/B, broken-patch test."""
         _e2e(session, "tokens", "--version", _v)
         _e2e(session, "embed", "--version", _v)
         session.run(sys.executable, "-m", "pytest", "tests/cpu_tier", "-m", "slow", "-q",
                     env={"PATCHBENCH_SLOW": "1"}, external=True)  # fmt: skip
 
-    @nox.session(name=f"serve-bench-{_v}", venv_backend="none")
+    @nox.session(name=f"serve-bench-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
     def _serve_bench_session(session: nox.Session, _v: str = _v) -> None:
-        """CPU: vllm serve + vllm bench serve, interleaved A/B, ratio with 95% CI."""
+        """heavy, ~15 min: CPU vllm serve + vllm bench serve, interleaved A/B, ratio + CI."""
         _e2e(session, "serve-bench", "--version", _v)
 
-    @nox.session(name=f"gsm8k-{_v}", venv_backend="none")
+    @nox.session(name=f"gsm8k-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
     def _gsm8k_session(session: nox.Session, _v: str = _v) -> None:
-        """CPU: lm_eval gsm8k (local data) against both served roots; identical responses."""
+        """heavy, ~20 min: CPU lm_eval gsm8k (local data) on both roots; identical responses."""
         _e2e(session, "gsm8k", "--version", _v)
+
+
+# --- the main job: one command per pin ---
+@_per_version("verify", "heavy, ~1 h (~25 min with `-- --quick`; the CPU tier only where a runtime "
+              "recipe exists): the main job: apply, check, equivalence, CPU tier, report, "
+              "summary table", tags=[*HEAVY, "main-job"])  # fmt: skip
+def verify(session: nox.Session, version: str) -> None:
+    """`-- --quick` runs the CPU tier reduced (as CI does)."""
+    quick = ["--quick"] if "--quick" in session.posargs else []
+    cpu = ["cpu tier: tokens", "cpu tier: embed", "cpu tier: serve + gsm8k"]
+    steps = Steps(f"verify-{version}", ["apply", "check", "equivalence", *cpu, "report"])
+    steps.run("apply", lambda: _tool(session, "apply", version))
+    steps.run("check", lambda: _tool(session, "check", version, "--no-apply"), needs=("apply",))
+    steps.run("equivalence", lambda: _equivalence(session, version), needs=("check",))
+    if version in _cpu_pins():
+        for name, step in zip(cpu, ("tokens", "embed", "serve"), strict=True):
+            steps.run(name, lambda s=step: _e2e_step(session, s, version, quick),
+                      needs=("check",))  # fmt: skip
+    else:
+        for name in cpu:
+            steps.not_applicable(name, f"no CPU runtime recipe for vLLM {version}")
+    steps.run("report", lambda: _tool(session, "report", version), needs=("apply",))
+    print(steps.table(), flush=True)
+    if steps.failed:
+        session.error(f"verify-{version}: {', '.join(steps.failed)} did not pass")
+
+
+def _e2e_step(session: nox.Session, step: str, version: str, quick: list[str]) -> None:
+    session.run(sys.executable, "-m", "verify.e2e", step, "--version", version, *quick,
+                external=True)  # fmt: skip
+
+
+# --- GPU tier (a CUDA machine with the offline vLLM bundle, ../shared/gpu/README.md) ---
+#: Pins the GPU tier has been run for (results/gpu/<v>/).
+GPU_PINS = ("0.18.1", "0.22.0")
+
+
+@_per_version("gpu", "gpu, heavy, 10-60 min per step (CUDA machine with the vLLM bundle): "
+              "scripts/gpu_verify.py steps, `-- --steps NAME` (default penalties-v1)",
+              pins=GPU_PINS, venv_backend="none", tags=[*HEAVY, "gpu"])  # fmt: skip
+def gpu(session: nox.Session, version: str) -> None:
+    _tool(session, "apply", version)
+    overlay = paths.build_root() / "gpu-overlay"
+    session.run(sys.executable, "-m", "verify.gpu_overlay", version, "--out", str(overlay),
+                "--tests", str(overlay / version / "tests"), external=True)  # fmt: skip
+    out = paths.results_root() / "gpu-raw" / version
+    session.run(sys.executable, "scripts/gpu_verify.py", "--version", version,
+                "--overlay", str(overlay / version), "--tests", str(overlay / version / "tests"),
+                "--out", str(out), *(session.posargs or ["--steps", "penalties-v1"]),
+                external=True)  # fmt: skip

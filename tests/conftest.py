@@ -1,8 +1,18 @@
-"""Shared fixtures: a tiny synthetic vLLM "release" and helpers to commit patches to it."""
+"""Shared fixtures: a tiny synthetic vLLM "release" and helpers to commit patches to it.
+
+The whole suite runs in temporary build, results and reports folders (`verify/paths.py`) and
+with a contributor's git identity of its own, so it never reads or writes the checkout's
+`build/`, `results/` or `reports/` (the sdist cache stays shared: it is only added to, after a
+hash check). A run of `tests/equivalence` alone keeps the real folders: it tests the build
+tree its nox session applied.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import os
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +29,80 @@ RELEASE_FILES = {
     ".gitignore": "vllm/_version.py\n*.so\n",
     "tests/test_sampler.py": "def test_ok():\n    assert True\n",
 }
+
+CONTRIBUTOR = ("Pat Contributor", "pat@contributor.example")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_folders(request, tmp_path_factory):
+    """Point every write of the tool at a per-session temporary folder."""
+    if all("equivalence" in Path(arg).parts for arg in request.config.args):
+        yield None
+        return
+    base = tmp_path_factory.mktemp("patchbench")
+    gitconfig = base / "gitconfig"
+    gitconfig.write_text(f"[user]\n\tname = {CONTRIBUTOR[0]}\n\temail = {CONTRIBUTOR[1]}\n")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("BUILD", "RESULTS", "REPORTS"):
+            patch.setenv(f"PATCHBENCH_{name}_DIR", str(base / name.lower()))
+        patch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+        for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "EMAIL"):
+            patch.delenv(name, raising=False)
+        patch.delenv("GIT_COMMITTER_EMAIL", raising=False)
+        yield base
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "bad_input" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.bad_input)
+
+
+@pytest.fixture
+def bad_input(request, tmp_path, tmp_path_factory):
+    """bad_input(what the user did, what the tool said): one row of docs/bad-input.md.
+
+    Rows are written only when PATCHBENCH_BAD_INPUT_LOG names a file (`python -m verify
+    bad-input-docs` runs the tests that use this fixture with it set); paths are normalized.
+    """
+
+    def record(what: str, message: str) -> None:
+        log = os.environ.get("PATCHBENCH_BAD_INPUT_LOG")
+        if not log:
+            return
+        text = message.replace(str(tmp_path), "<tmp>")
+        text = text.replace(str(tmp_path_factory.getbasetemp()), "<tmp>")
+        text = text.replace(str(Path(__file__).resolve().parent.parent), "<repo>")
+        row = {"test": request.node.nodeid, "input": what, "message": text}
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    return record
+
+
+@pytest.fixture
+def pinned_release(tmp_path, monkeypatch) -> dict[str, str]:
+    """A synthetic release under a pinned version number (0.22.0), served from a private cache
+    with the package index unreachable, and private build/patches/results/reports folders:
+    the real CLI (`python -m verify ...`) runs on it without touching the checkout."""
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    tarball = make_sdist(cache / "sdists", "0.22.0")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    tarball.with_name(tarball.name + ".sha256").write_text(digest + "\n")
+    (tmp_path / "patches" / "0.22.0").mkdir(parents=True)
+    env = {
+        "PATCHBENCH_CACHE_DIR": str(cache),
+        "PATCHBENCH_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PATCHBENCH_BUILD_DIR": str(tmp_path / "build"),
+        "PATCHBENCH_PATCHES_DIR": str(tmp_path / "patches"),
+        "PATCHBENCH_RESULTS_DIR": str(tmp_path / "results"),
+        "PATCHBENCH_REPORTS_DIR": str(tmp_path / "reports"),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
 
 TRAILERS = """Upstream: none
 Status: local

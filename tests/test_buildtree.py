@@ -83,7 +83,7 @@ def test_warm_apply_is_a_no_op(make_tree):
     assert tree.head() == head
 
 
-def test_conflict_names_patch_file_and_hunk_and_keeps_last_good_commit(make_tree, workspace):
+def test_conflict_names_patch_file_and_hunk_and_keeps_last_good_commit(make_tree, bad_input):
     tree = make_tree()
     _two_patch_series(tree)
     # The same series against a release whose pooling.py differs: patch 2 conflicts.
@@ -91,6 +91,7 @@ def test_conflict_names_patch_file_and_hunk_and_keeps_last_good_commit(make_tree
     shutil.copytree(tree.series_path, other.series_path)
     with pytest.raises(ApplyError) as info:
         other.apply()
+    bad_input("a patch that conflicts with the release", str(info.value))
     error = info.value
     assert error.patch.startswith("0002-")
     assert error.files == ["vllm/pooling.py"]
@@ -101,15 +102,16 @@ def test_conflict_names_patch_file_and_hunk_and_keeps_last_good_commit(make_tree
     assert not other.am_in_progress()
 
 
-def test_corrupt_patch_without_diff_is_named(make_tree):
+def test_corrupt_patch_without_diff_is_named(make_tree, bad_input):
     tree = make_tree()
     patches = _two_patch_series(tree)
     patches[0].path.write_text(patches[0].path.read_text().split("diff --git")[0])
-    with pytest.raises(PatchbenchError, match="0001-.*corrupt patch"):
+    with pytest.raises(PatchbenchError, match="0001-.*corrupt patch") as info:
         _fresh(make_tree, tree).apply()
+    bad_input("a patch file without a diff", str(info.value))
 
 
-def test_corrupt_hunk_fails_git_am_cleanly(make_tree):
+def test_corrupt_hunk_fails_git_am_cleanly(make_tree, bad_input):
     tree = make_tree()
     patches = _two_patch_series(tree)
     text = patches[1].path.read_text()
@@ -117,51 +119,56 @@ def test_corrupt_hunk_fails_git_am_cleanly(make_tree):
     fresh = _fresh(make_tree, tree)
     with pytest.raises(ApplyError) as info:
         fresh.apply()
+    bad_input("a patch with a corrupt hunk header", str(info.value))
     assert info.value.patch == patches[1].name
     assert fresh.git("log", "-1", "--format=%s") == "[Perf] First"
     assert fresh.dirty_files() == [] and not fresh.am_in_progress()
 
 
-def test_dirty_tree_is_refused_and_not_clobbered(make_tree):
+def test_dirty_tree_is_refused_and_not_clobbered(make_tree, bad_input):
     tree = make_tree()
     _two_patch_series(tree)
     edited = tree.path / "vllm" / "sampler.py"
     edited.write_text(edited.read_text() + "# my local experiment\n")
     (tree.path / "notes.txt").write_text("untracked work\n")
     for action in (tree.apply, tree.export):
-        with pytest.raises(PatchbenchError, match="uncommitted changes"):
+        with pytest.raises(PatchbenchError, match="uncommitted changes") as info:
             action()
+        bad_input("`apply` or `export` with uncommitted edits in the build tree", str(info.value))
     assert edited.read_text().endswith("# my local experiment\n")
     assert (tree.path / "notes.txt").exists()
 
 
-def test_unexported_commits_are_refused_unless_forced(make_tree):
+def test_unexported_commits_are_refused_unless_forced(make_tree, bad_input):
     tree = make_tree()
     _two_patch_series(tree)
     commit_change(tree, "vllm/sampler.py", "return x + 2\n", "return x + 200\n", "[Perf] New")
     head = tree.head()
-    with pytest.raises(PatchbenchError, match="not in .*Run the export session"):
+    with pytest.raises(PatchbenchError, match="not in .*Keep them: run the export session") as info:
         tree.apply()
+    bad_input("`apply` with unexported commits in the build tree", str(info.value))
     assert tree.head() == head
     assert len(tree.apply(force=True)) == 2
     assert tree.git("log", "-1", "--format=%s") == "[Perf] Keep ids on CPU"
 
 
-def test_series_naming_a_missing_patch(make_tree):
+def test_series_naming_a_missing_patch(make_tree, bad_input):
     tree = make_tree()
     _two_patch_series(tree)
     with open(tree.series_path / "series", "a") as handle:
         handle.write("0003-not-there.patch\n")
-    with pytest.raises(PatchbenchError, match="0003-not-there.patch, which does not exist"):
+    with pytest.raises(PatchbenchError, match="0003-not-there.patch, which does not exist") as info:
         tree.apply()
+    bad_input("`series` naming a patch file that does not exist", str(info.value))
 
 
-def test_stray_patch_file_not_in_series(make_tree):
+def test_stray_patch_file_not_in_series(make_tree, bad_input):
     tree = make_tree()
     patches = _two_patch_series(tree)
     shutil.copy(patches[0].path, tree.series_path / "0009-stray.patch")
-    with pytest.raises(PatchbenchError, match="0009-stray.patch"):
+    with pytest.raises(PatchbenchError, match="0009-stray.patch") as info:
         tree.apply()
+    bad_input("a `.patch` file the series does not list", str(info.value))
 
 
 def test_interrupted_git_am_is_aborted_and_the_series_reapplied(make_tree, tmp_path):
@@ -205,30 +212,33 @@ def test_interrupted_baseline_leaves_no_half_tree(make_tree, workspace, monkeypa
     assert tree.head() == tree.baseline()
 
 
-def test_existing_non_tree_directory_is_refused(make_tree):
+def test_existing_non_tree_directory_is_refused(make_tree, bad_input):
     tree = make_tree()
     tree.path.mkdir(parents=True)
     (tree.path / "precious.txt").write_text("keep me")
-    with pytest.raises(PatchbenchError, match="not a build tree"):
+    with pytest.raises(PatchbenchError, match="not a build tree") as info:
         tree.apply()
+    bad_input("a folder that is not a build tree where the build tree goes", str(info.value))
     assert (tree.path / "precious.txt").read_text() == "keep me"
 
 
-def test_repo_without_baseline_tag_is_refused(make_tree):
+def test_repo_without_baseline_tag_is_refused(make_tree, bad_input):
     tree = make_tree()
     tree.apply()
     tree.git("tag", "-d", BASELINE_TAG)
-    with pytest.raises(PatchbenchError, match="without the 'pristine' tag"):
+    with pytest.raises(PatchbenchError, match="without the 'pristine' tag") as info:
         tree.apply()
+    bad_input("a build tree whose `pristine` tag was deleted", str(info.value))
 
 
-def test_export_refuses_commit_without_metadata(make_tree):
+def test_export_refuses_commit_without_metadata(make_tree, bad_input):
     tree = make_tree()
     _two_patch_series(tree)
     before = {p.name: p.read_bytes() for p in tree.series_path.iterdir()}
     commit_change(tree, "vllm/sampler.py", "x + 3", "x + 300", "[Perf] No trailers", trailers="")
-    with pytest.raises(PatchbenchError, match="0003-.*missing metadata trailer"):
+    with pytest.raises(PatchbenchError, match="0003-.*missing metadata trailer") as info:
         tree.export()
+    bad_input("`export` of a commit without metadata trailers", str(info.value))
     assert {p.name: p.read_bytes() for p in tree.series_path.iterdir()} == before
 
 

@@ -92,34 +92,39 @@ def test_fetch_downloads_verifies_and_caches(index):
     assert sdist.fetch("1.2.3") == path and path.stat().st_mtime_ns == mtime  # cache hit
 
 
-def test_unknown_version_is_a_clear_error(index):
+def test_unknown_version_is_a_clear_error(index, bad_input):
     index.add(make_sdist(index.directory, "1.2.3"))
     expected = "vllm 9.9.9 has no vllm-9.9.9.tar.gz .*newest versions .*: 1.2.3"
-    with pytest.raises(PatchbenchError, match=expected):
+    with pytest.raises(PatchbenchError, match=expected) as info:
         sdist.fetch("9.9.9")
+    bad_input("a vLLM version the index does not publish", str(info.value))
 
 
-def test_hash_mismatch_discards_the_download(index):
+def test_hash_mismatch_discards_the_download(index, bad_input):
     index.add(make_sdist(index.directory, "1.2.3"), sha256="0" * 64)
-    with pytest.raises(PatchbenchError, match="sha256 mismatch"):
+    with pytest.raises(PatchbenchError, match="sha256 mismatch") as info:
         sdist.fetch("1.2.3")
+    bad_input("a download whose sha256 differs from the index's", str(info.value))
     assert list((sdist.cache_dir() / "sdists").iterdir()) == []
 
 
-def test_no_network_and_no_cache(index, monkeypatch):
+def test_no_network_and_no_cache(index, monkeypatch, bad_input):
     monkeypatch.setenv("PATCHBENCH_INDEX_URL", _closed_port_url())
-    with pytest.raises(PatchbenchError, match="cannot reach the package index .* no cached file"):
+    expected = "cannot reach the package index .* no cached file"
+    with pytest.raises(PatchbenchError, match=expected) as info:
         sdist.fetch("1.2.3")
+    bad_input("no network and no cached sdist", str(info.value))
 
 
-def test_no_network_uses_the_verified_cache(index, monkeypatch):
+def test_no_network_uses_the_verified_cache(index, monkeypatch, bad_input):
     index.add(make_sdist(index.directory, "1.2.3"))
     cached = sdist.fetch("1.2.3")
     monkeypatch.setenv("PATCHBENCH_INDEX_URL", _closed_port_url())
     assert sdist.fetch("1.2.3") == cached
     cached.write_bytes(b"tampered")
-    with pytest.raises(PatchbenchError, match="does not match its recorded sha256"):
+    with pytest.raises(PatchbenchError, match="does not match its recorded sha256") as info:
         sdist.fetch("1.2.3")
+    bad_input("no network and a tampered cached sdist", str(info.value))
 
 
 def test_cached_file_with_wrong_hash_is_downloaded_again(index):
@@ -135,9 +140,10 @@ def test_unpack_strips_the_top_folder(tmp_path):
     assert (tree / "vllm" / "__init__.py").read_text() == "__version__ = '1.2.3'\n"
 
 
-def test_unpack_rejects_a_corrupt_tarball(tmp_path):
+def test_unpack_rejects_a_corrupt_tarball(tmp_path, bad_input):
     bad = tmp_path / "vllm-1.2.3.tar.gz"
     bad.write_bytes(b"not a tarball")
-    with pytest.raises(PatchbenchError, match="not a readable sdist"):
+    with pytest.raises(PatchbenchError, match="not a readable sdist") as info:
         sdist.unpack(bad, tmp_path / "tree")
+    bad_input("a corrupt sdist tarball", str(info.value))
     assert not (tmp_path / "tree").exists()

@@ -74,23 +74,25 @@ def test_verify_record_catches_a_stale_hash(tmp_path):
     assert wheel.verify_record(broken) == ["wrong hash or size in RECORD: vllm/sampler.py"]
 
 
-def test_pristine_mismatch_is_refused_and_nothing_written(tmp_path):
+def test_pristine_mismatch_is_refused_and_nothing_written(tmp_path, bad_input):
     source = _make_wheel(tmp_path)
-    with pytest.raises(PatchbenchError, match="differs from the pristine sdist"):
+    with pytest.raises(PatchbenchError, match="differs from the pristine sdist") as info:
         wheel.rewrite_wheel(
             source, tmp_path / "dist", {"vllm/sampler.py": b"x"}, "pb.1",
             expected_pristine={"vllm/sampler.py": b"something else"},
         )  # fmt: skip
+    bad_input("an official wheel whose file differs from the pristine sdist", str(info.value))
     assert not (tmp_path / "dist").exists() or list((tmp_path / "dist").iterdir()) == []
 
 
-def test_compiled_sources_are_refused_naming_the_patch():
+def test_compiled_sources_are_refused_naming_the_patch(bad_input):
     patches = [
         _patch("0001-py.patch", ("vllm/sampler.py",)),
         _patch("0002-kernel.patch", ("csrc/sampler.cu", "vllm/_custom_ops.py")),
     ]
-    with pytest.raises(PatchbenchError, match="csrc/sampler.cu.*0002-kernel.patch"):
+    with pytest.raises(PatchbenchError, match="csrc/sampler.cu.*0002-kernel.patch") as info:
         wheel.plan_overlay(["vllm/sampler.py", "csrc/sampler.cu", "vllm/_custom_ops.py"], patches)
+    bad_input("`wheel` for a series that changes compiled sources", str(info.value))
 
 
 def test_overlay_leaves_tests_out():

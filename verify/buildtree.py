@@ -3,11 +3,21 @@
 
 Round trip: ``apply`` (patch files -> commits) then ``export`` (commits -> patch files) is
 byte-identical, because export uses fixed ``git format-patch`` options that ignore user config.
+
+Every apply and export records what the tree was last in step with: a sha256 of each file of
+`patches/<version>/` (``.git/patchbench-applied.json``). So a patch file changed afterwards (a
+hand edit, a pull) is named as such: apply takes it into the tree, and export refuses to
+overwrite it. Commits the tool replaces are kept on a ``patchbench-backup/...`` branch.
+
+Only the baseline (pristine) commit uses the tool's fixed identity; patches keep their authors
+and commits made by hand in the tree use the contributor's own git identity.
 """
 
 from __future__ import annotations
 
 import filecmp
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,7 +33,17 @@ import git
 from verify import paths, sdist
 from verify.errors import ApplyError, PatchbenchError
 from verify.progress import say
-from verify.series import Patch, parse_patch, read_series, series_dir, write_series
+from verify.series import (
+    Patch,
+    parse_patch,
+    read_series,
+    series_dir,
+    series_hash,
+    write_series,
+)
+
+STAMP = "patchbench-applied.json"
+BACKUP_PREFIX = "patchbench-backup"
 
 BASELINE_TAG = "pristine"
 IDENTITY = {
@@ -85,8 +105,9 @@ class CheckResult:
         return not self.differences
 
 
-def _git_env() -> dict[str, str]:
-    env = dict(os.environ, **IDENTITY)
+def _git_env(identity: bool = False) -> dict[str, str]:
+    """The environment of git calls; `identity` only for the baseline commit."""
+    env = dict(os.environ, **IDENTITY) if identity else dict(os.environ)
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
@@ -114,7 +135,7 @@ class BuildTree:
         return git.Repo(self.path)
 
     def git(self, *args: str, env: dict[str, str] | None = None) -> str:
-        """Run git in the build tree (through gitpython) with a fixed identity."""
+        """Run git in the build tree (through gitpython)."""
         return self.repo.git.execute(["git", *args], env=env or _git_env())
 
     @property
@@ -150,9 +171,11 @@ class BuildTree:
             raise PatchbenchError(
                 f"{self.path} exists but is not a build tree (no .git); move it away first"
             )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        paths.require_writable(self.path.parent, "PATCHBENCH_BUILD_DIR")
+        for left in paths.sweep_staging(self.path.parent, f".{self.version}"):
+            say(f"removed {left}, left behind by an interrupted run")
         tarball = self._fetch_sdist(self.version)
-        staging = Path(tempfile.mkdtemp(prefix=f".{self.version}.", dir=self.path.parent))
+        staging = paths.make_staging(self.path.parent, f".{self.version}")
         try:
             tree = sdist.unpack(tarball, staging / "tree")
             self._commit_baseline(tree)
@@ -163,15 +186,9 @@ class BuildTree:
     def _commit_baseline(self, tree: Path) -> None:
         started = time.monotonic()
         repo = git.Repo.init(tree, initial_branch="main")
-        env = _git_env()
+        env = _git_env(identity=True)
         env.update(GIT_AUTHOR_DATE=BASELINE_DATE, GIT_COMMITTER_DATE=BASELINE_DATE)
-        for key, value in (
-            ("core.autocrlf", "false"),
-            ("core.fileMode", "true"),
-            ("gc.auto", "0"),
-            ("user.name", IDENTITY["GIT_AUTHOR_NAME"]),
-            ("user.email", IDENTITY["GIT_AUTHOR_EMAIL"]),
-        ):
+        for key, value in (("core.autocrlf", "false"), ("core.fileMode", "true"), ("gc.auto", "0")):
             repo.git.config(key, value)
         count = sum(len(files) for _, _, files in os.walk(tree)) - sum(
             len(files) for _, _, files in os.walk(tree / ".git")
@@ -204,15 +221,93 @@ class BuildTree:
                 f"`git -C {self.path} reset --hard && git -C {self.path} clean -fd`"
             )
 
+    def _require_writable(self) -> None:
+        paths.require_writable(self.path / ".git", "PATCHBENCH_BUILD_DIR")
+
+    def _forget_fixed_identity(self) -> None:
+        """Trees made by older versions set the tool's identity in their config; drop it so
+        the contributor's own identity signs their commits."""
+        repo_config = self.path / ".git" / "config"
+        if IDENTITY["GIT_AUTHOR_EMAIL"] in repo_config.read_text(errors="replace"):
+            for key in ("user.name", "user.email"):
+                try:
+                    self.git("config", "--local", "--unset", key)
+                except git.GitCommandError:
+                    pass
+
+    # -- what the tree was applied from ------------------------------------------------------
+    @property
+    def stamp_path(self) -> Path:
+        return self.path / ".git" / STAMP
+
+    def read_stamp(self) -> dict[str, dict[str, str]] | None:
+        """What the tree was last in step with: {"files": {name: sha256} of
+        `patches/<version>/`, "tree": the same of the tree's own export at that moment}."""
+        try:
+            data = json.loads(self.stamp_path.read_text())
+            return {"files": dict(data["files"]), "tree": dict(data["tree"])}
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
+    def _write_stamp(self, tree_state: dict[str, str] | None = None) -> None:
+        data = {
+            "version": self.version,
+            "series_hash": series_hash(self.version, self.patches_root),
+            "files": _folder_state(self.series_path),
+            "tree": self._commits_state() if tree_state is None else tree_state,
+        }
+        tmp = self.stamp_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.stamp_path)
+
+    def applied_series_hash(self) -> str | None:
+        """`series_hash` of `patches/<version>/` when the tree was last in step with it (None
+        if unknown): the hash records of a run on this tree should carry."""
+        try:
+            return json.loads(self.stamp_path.read_text()).get("series_hash")
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def changed_since_applied(self) -> list[str] | None:
+        """Files of `patches/<version>/` changed, added or removed since the tree was last in
+        step with it (None if the tree has no record, e.g. status made it pristine-only)."""
+        stamp = self.read_stamp()
+        if stamp is None:
+            return None
+        return _differing(stamp["files"], _folder_state(self.series_path))
+
+    def _commits_state(self) -> dict[str, str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = self._format_patch(Path(tmp))
+            write_series(Path(tmp), [path.name for path in files])
+            return _folder_state(Path(tmp))
+
+    def _backup(self, why: str) -> str:
+        """Keep the current commits on a new branch; returns its name."""
+        branch = f"{BACKUP_PREFIX}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        existing = set(self.git("branch", "--list", f"{branch}*", "--format=%(refname:short)")
+                       .split())  # fmt: skip
+        name, n = branch, 1
+        while name in existing:
+            name, n = f"{branch}-{n}", n + 1
+        self.git("branch", name, "HEAD")
+        say(f"{why}: the tree's previous commits are kept on branch {name} "
+            f"(`git -C {self.path} log {name}`)")  # fmt: skip
+        return name
+
     # -- apply ------------------------------------------------------------------------------
     def apply(self, force: bool = False) -> list[Patch]:
         """Bring the build tree to pristine + series. Returns the applied patches.
 
-        Refuses (without touching anything) when the tree has uncommitted edits or commits
-        that are not in the series, unless `force` discards committed-but-unexported work.
+        Patch files changed since the tree was applied from them are taken in (the replaced
+        commits are kept on a backup branch). Refuses, touching nothing, when the tree has
+        uncommitted edits or commits that are not in the series, unless `force` replaces those
+        commits by the series (they are kept on a backup branch too).
         """
         patches = read_series(self.version, self.patches_root)
         self.ensure_baseline()
+        self._require_writable()
+        self._forget_fixed_identity()
         if self.am_in_progress():
             say("an interrupted `git am` was found; aborting it and re-applying the series")
             self.git("am", "--abort")
@@ -220,16 +315,19 @@ class BuildTree:
         done = self._applied_prefix(patches, force)
         if done == len(patches):
             say(f"vLLM {self.version}: series already applied ({len(patches)} patches)")
+            self._write_stamp()
             return patches
         if done:
             say(f"resuming: {done} of {len(patches)} patches are already applied")
         for index, patch in enumerate(patches[done:], start=done + 1):
             say(f"[{index}/{len(patches)}] git am {patch.name}")
             self._am_one(patch)
+        self._write_stamp()
         return patches
 
     def _applied_prefix(self, patches: list[Patch], force: bool) -> int:
-        """How many leading series patches the current commits already are; resets otherwise."""
+        """How many leading series patches the tree's commits already are; when the tree holds
+        other commits, resets it to that prefix (if allowed) or refuses."""
         if self.head() == self.baseline():
             return 0
         with tempfile.TemporaryDirectory() as tmp:
@@ -239,23 +337,68 @@ class BuildTree:
                 if path.read_bytes() != patch.path.read_bytes():
                     break
                 count += 1
-        if count == len(exported):
-            return count
-        if not force:
-            raise PatchbenchError(
-                f"build tree {self.path} has {len(exported) - count} commit(s) after the first "
-                f"{count} that are not in {self.series_path}/ (first: {exported[count].name}); "
-                "nothing was touched. Run the export session to keep them, or apply with "
-                "--force to discard them"
+            if count == len(exported):
+                return count
+            write_series(Path(tmp), [path.name for path in exported])
+            tree_state = _folder_state(Path(tmp))
+        stamp = self.read_stamp()
+        changed = self.changed_since_applied() or []
+        tree_work = stamp is None or tree_state != stamp["tree"]
+        extra = len(exported) - count
+        if changed and not tree_work:
+            self._backup(f"{self.series_path} changed since this tree was applied from it "
+                         f"({_names(changed)}); re-applying from {patches[count].name}"
+                         if count < len(patches) else "re-applying")  # fmt: skip
+        elif force:
+            self._backup(f"--force: replacing {extra} commit(s) that are not in the series")
+        else:
+            raise PatchbenchError(self._unexported_message(exported, count, changed, stamp))
+        self.git("reset", "--hard", "-q", self._commit_after(count))
+        return count
+
+    def _commit_after(self, count: int) -> str:
+        """The commit holding the first `count` patches (the baseline for 0)."""
+        if count == 0:
+            return BASELINE_TAG
+        commits = self.git("rev-list", "--reverse", "--no-merges", f"{BASELINE_TAG}..HEAD")
+        return commits.split()[count - 1]
+
+    def _unexported_message(
+        self, exported: list[Path], count: int, changed: list[str], stamp: dict | None
+    ) -> str:
+        """Why apply refused, and the commands that keep either side."""
+        v, series = self.version, self.series_path
+        head = (
+            f"build tree {self.path} has {len(exported) - count} commit(s) after the first "
+            f"{count} that are not in {series}/ (first: {exported[count].name}); nothing was "
+            "touched."
+        )
+        if changed:
+            return (
+                f"{head} {series}/ also changed since the tree was applied from it "
+                f"({_names(changed)}). Keep the tree's commits: `python -m verify export {v} "
+                f"--force` (overwrites those files). Take the files instead: `python -m verify "
+                f"apply {v} --force` (the tree's commits are kept on a {BACKUP_PREFIX}/ branch)"
             )
-        say(f"--force: discarding {len(exported) - count} commit(s) not in the series")
-        self.git("reset", "--hard", BASELINE_TAG)
-        self.git("clean", "-fdx", "-q")
-        return 0
+        if stamp is None:
+            return (
+                f"{head} The tree has no record of what it was applied from, so either it has "
+                f"new commits (keep them: `python -m verify export {v}`) or the patch files "
+                f"changed (take them: `python -m verify apply {v} --force`; the tree's commits "
+                f"are kept on a {BACKUP_PREFIX}/ branch)"
+            )
+        return (
+            f"{head} Keep them: run the export session (`nox -s export-{v}`). Replace them by "
+            "the series: "
+            f"`python -m verify apply {v} --force` (they are kept on a {BACKUP_PREFIX}/ branch)"
+        )
 
     def _am_one(self, patch: Patch) -> None:
+        env = _git_env()
+        if not _has_identity(self.path, env):  # `git am` needs a committer; authors are kept
+            env.update({k: v for k, v in IDENTITY.items() if k.startswith("GIT_COMMITTER")})
         try:
-            self.git("am", *AM_OPTS, str(patch.path))
+            self.git("am", *AM_OPTS, str(patch.path), env=env)
         except git.GitCommandError as exc:
             output = f"{exc.stdout or ''}\n{exc.stderr or ''}"
             try:
@@ -286,8 +429,12 @@ class BuildTree:
         )  # fmt: skip
         return [Path(line) for line in out.splitlines() if line.strip()]
 
-    def export(self) -> list[Patch]:
-        """Regenerate `patches/<version>/` from the build tree's commits (validated first)."""
+    def export(self, force: bool = False) -> list[Patch]:
+        """Regenerate `patches/<version>/` from the build tree's commits (validated first).
+
+        Refuses, writing nothing, to delete every patch (a pristine-only tree) or to overwrite
+        a patch file changed since the tree was applied from it, unless `force`.
+        """
         if not self.exists():
             raise PatchbenchError(f"no build tree at {self.path}; run apply first")
         if self.am_in_progress():
@@ -296,17 +443,50 @@ class BuildTree:
                 "or abort it before exporting"
             )
         self.require_clean()
+        self._require_writable()
+        target = self.series_path
         with tempfile.TemporaryDirectory() as tmp:
             files = self._format_patch(Path(tmp))
             patches = [parse_patch(path) for path in files]  # metadata errors name the patch
-            target = self.series_path
-            target.mkdir(parents=True, exist_ok=True)
+            write_series(Path(tmp), [path.name for path in files])
+            new_state = _folder_state(Path(tmp))
+            if not force:
+                self._refuse_lossy_export(new_state, len(files))
+            paths.require_writable(target, "PATCHBENCH_PATCHES_DIR")
             for stale in target.glob("*.patch"):
                 stale.unlink()
             for path in files:
                 shutil.copyfile(path, target / path.name)
             write_series(target, [path.name for path in files])
+        self._write_stamp(new_state)
         return [parse_patch(target / p.name) for p in patches]
+
+    def _refuse_lossy_export(self, new: dict[str, str], count: int) -> None:
+        current = _folder_state(self.series_path)
+        v, stamp = self.version, self.read_stamp()
+        old_patches = [name for name in current if name.endswith(".patch")]
+        if count == 0 and old_patches:
+            raise PatchbenchError(
+                f"the build tree {self.path} holds only the pristine commit; exporting it would "
+                f"delete all {len(old_patches)} patch file(s) of {self.series_path}/. Nothing was "
+                f"written. Run `python -m verify apply {v}` first (or `export {v} --force` to "
+                "really empty the series)"
+            )
+        overwritten = [n for n in current if new.get(n) != current[n]]
+        unseen = [n for n in overwritten if stamp is None or stamp["files"].get(n) != current[n]]
+        if not unseen:
+            return
+        why = (
+            "the tree has no record of being applied from them"
+            if stamp is None
+            else "they changed since the tree was applied from them (a hand edit or a pull)"
+        )
+        raise PatchbenchError(
+            f"export would overwrite or delete {_names(unseen)} in {self.series_path}/, and "
+            f"{why}; nothing was written. Take the files into the tree: `python -m verify apply "
+            f"{v}` (replaced commits are kept on a {BACKUP_PREFIX}/ branch). Overwrite them with "
+            f"the tree's commits: `python -m verify export {v} --force`"
+        )
 
     def check(self) -> CheckResult:
         """Compare `patches/<version>/` with a fresh export of the build tree."""
@@ -352,6 +532,32 @@ class BuildTree:
             capture_output=True,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def _folder_state(folder: Path) -> dict[str, str]:
+    """{name: sha256} of the `series` and `*.patch` files of `folder` ({} if it is missing)."""
+    if not folder.is_dir():
+        return {}
+    names = sorted(p.name for p in folder.glob("*.patch")) + (
+        ["series"] if (folder / "series").exists() else []
+    )
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
+
+
+def _differing(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    return sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+
+
+def _names(names: list[str], limit: int = 4) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _has_identity(folder: Path, env: dict[str, str]) -> bool:
+    run = subprocess.run(
+        ["git", "-C", str(folder), "var", "GIT_COMMITTER_IDENT"], capture_output=True, env=env
+    )
+    return run.returncode == 0
 
 
 _PATCH_FAILED = re.compile(r"error: patch failed: (\S+?):(\d+)")

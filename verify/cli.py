@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import signal
 import sys
 import time
 from pathlib import Path
 
+import git
+
+from verify import paths
 from verify import status as status_mod
 from verify.buildtree import BuildTree
 from verify.errors import PatchbenchError
 from verify.progress import say
 from verify.versions import PINNED, require_pinned
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every `finally` (staging folders) runs."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -37,13 +48,21 @@ def _check(args: argparse.Namespace) -> int:
         return 0
     for line in result.differences:
         print(f"check: {line}", file=sys.stderr)
-    say(f"patches/{args.version}/ is out of date: run `nox -s export-{args.version}`")
+    changed = tree.changed_since_applied()
+    if changed:
+        say(
+            f"patches/{args.version}/ changed since the build tree was applied from it "
+            f"({', '.join(changed)}): run `python -m verify apply {args.version}` to take the "
+            f"files, or `python -m verify export {args.version} --force` to overwrite them"
+        )
+    else:
+        say(f"patches/{args.version}/ is out of date: run `nox -s export-{args.version}`")
     return 1
 
 
 def _export(args: argparse.Namespace) -> int:
     tree = BuildTree(require_pinned(args.version))
-    patches = tree.export()
+    patches = tree.export(force=args.force)
     say(f"exported {len(patches)} patch(es) to {tree.series_path}")
     return 0
 
@@ -54,8 +73,9 @@ def _status(args: argparse.Namespace) -> int:
         require_pinned(pin)
     rows = status_mod.compute(pins)
     print(status_mod.render(rows, pins))
-    status_mod.write_json(rows, Path(args.json))
-    say(f"wrote {args.json}")
+    out = Path(args.json) if args.json else paths.results_root() / "status.json"
+    status_mod.write_json(rows, out)
+    say(f"wrote {out}")
     return 0
 
 
@@ -74,12 +94,42 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ci_config(args: argparse.Namespace) -> int:
+    from verify import ci_config
+
+    root = paths.repo_root()
+    differing = ci_config.write(root, check=args.check)
+    if args.check and differing:
+        for path in differing:
+            print(f"ci-config: {path} differs from the generator's output", file=sys.stderr)
+        say("run `python -m verify ci-config` and commit the result")
+        return 1
+    say(f"{'checked' if args.check else 'wrote'} {', '.join(map(str, differing)) or 'nothing'}"
+        f" ({'all current' if not differing else 'regenerated'})")  # fmt: skip
+    return 0
+
+
+def _bad_input_docs(args: argparse.Namespace) -> int:
+    from verify import bad_input
+
+    current = bad_input.write(paths.repo_root(), check=args.check)
+    if args.check and not current:
+        say(f"{bad_input.DOC} is not current: run `python -m verify bad-input-docs`")
+        return 1
+    say(f"{bad_input.DOC} {'is current' if current else 'written'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("apply", help="pristine source -> build tree -> series applied")
     p.add_argument("version")
-    p.add_argument("--force", action="store_true", help="discard build-tree commits not exported")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace build-tree commits not in the series (kept on a backup branch)",
+    )
     p.set_defaults(func=_apply)
     p = sub.add_parser("check", help="fail if patches/<version>/ differs from the build tree")
     p.add_argument("version")
@@ -87,10 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_check)
     p = sub.add_parser("export", help="regenerate patches/<version>/ from the build tree")
     p.add_argument("version")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite patch files changed since apply, or empty the series",
+    )
     p.set_defaults(func=_export)
     p = sub.add_parser("status", help="every patch x every pinned version")
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
-    p.add_argument("--json", default=str(RESULTS / "status.json"))
+    p.add_argument("--json", help="where to write the JSON (default: <results>/status.json)")
     p.set_defaults(func=_status)
     p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
     p.add_argument("version")
@@ -100,16 +155,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="PR-ready report per patch from the recorded results")
     p.add_argument("version")
     p.set_defaults(func=_report)
+    p = sub.add_parser("ci-config", help="generate the GitHub workflow and Buildkite pipeline")
+    p.add_argument("--check", action="store_true", help="fail if the committed files differ")
+    p.set_defaults(func=_ci_config)
+    p = sub.add_parser("bad-input-docs", help="docs/bad-input.md from the tests that try them")
+    p.add_argument("--check", action="store_true", help="fail if the committed file differs")
+    p.set_defaults(func=_bad_input_docs)
     return parser
+
+
+_NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        hint = (
+            "; make it writable or point PATCHBENCH_BUILD_DIR / PATCHBENCH_CACHE_DIR / "
+            "PATCHBENCH_RESULTS_DIR / PATCHBENCH_REPORTS_DIR at a writable folder"
+            if exc.errno in _NOT_WRITABLE
+            else ""
+        )
+        print(f"error: cannot access{where}: {exc.strerror or exc}{hint}", file=sys.stderr)
+        return 2
+    except git.GitCommandError as exc:
+        detail = (exc.stderr or str(exc)).strip().splitlines()
+        print(f"error: git {exc.command[1] if len(exc.command) > 1 else ''} failed: "
+              f"{detail[-1] if detail else exc}", file=sys.stderr)  # fmt: skip
+        return 2
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated (SIGTERM); staging folders were removed; re-run to resume",
+              file=sys.stderr)  # fmt: skip
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -3,36 +3,122 @@ environment variable so tests and CI can point every write at a temporary folder
 
 | function        | variable                 | default                         |
 |-----------------|--------------------------|---------------------------------|
+| `repo_root`     | `PATCHBENCH_REPO`        | the checkout holding `verify/`  |
+| `patches_root`  | `PATCHBENCH_PATCHES_DIR` | `<repo>/patches`                |
 | `build_root`    | `PATCHBENCH_BUILD_DIR`   | `<repo>/build`                  |
 | `cache_dir`     | `PATCHBENCH_CACHE_DIR`   | `~/.cache/vllm-patchbench`      |
 | `results_root`  | `PATCHBENCH_RESULTS_DIR` | `<repo>/results`                |
 | `reports_root`  | `PATCHBENCH_REPORTS_DIR` | `<repo>/reports`                |
+
+The repository is the checkout that holds this package (an editable install). A plain
+`pip install .` copies `verify/` into site-packages, away from `patches/`: then the checkout is
+the current folder (or one of its parents) if it is one, else every command refuses with an
+error instead of reading an empty series or writing into site-packages.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from verify.errors import PatchbenchError
+
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 
 
-def _from_env(name: str, default: Path) -> Path:
+def is_checkout(folder: Path) -> bool:
+    """True if `folder` is a vllm-patchbench checkout (its patches, verify and noxfile)."""
+    return all((folder / name).exists() for name in ("patches", "verify", "noxfile.py"))
+
+
+def _from_env(name: str, default) -> Path:
     value = os.environ.get(name)
-    return Path(value) if value else default
+    return Path(value) if value else default()
+
+
+def _find_repo() -> Path:
+    if is_checkout(PACKAGE_PARENT):
+        return PACKAGE_PARENT
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if is_checkout(folder):
+            return folder
+    raise PatchbenchError(
+        f"verify is installed at {PACKAGE_PARENT / 'verify'}, outside a vllm-patchbench "
+        "checkout, and the current folder is not one either; nothing was read or written. "
+        "Run the command inside a clone (or set PATCHBENCH_REPO to it); "
+        "`pip install -e .` in the clone avoids this"
+    )
+
+
+def repo_root() -> Path:
+    return _from_env("PATCHBENCH_REPO", _find_repo)
+
+
+def patches_root() -> Path:
+    return _from_env("PATCHBENCH_PATCHES_DIR", lambda: repo_root() / "patches")
 
 
 def build_root() -> Path:
-    return _from_env("PATCHBENCH_BUILD_DIR", REPO / "build")
+    return _from_env("PATCHBENCH_BUILD_DIR", lambda: repo_root() / "build")
 
 
 def cache_dir() -> Path:
-    return _from_env("PATCHBENCH_CACHE_DIR", Path.home() / ".cache" / "vllm-patchbench")
+    return _from_env("PATCHBENCH_CACHE_DIR", lambda: Path.home() / ".cache" / "vllm-patchbench")
 
 
 def results_root() -> Path:
-    return _from_env("PATCHBENCH_RESULTS_DIR", REPO / "results")
+    return _from_env("PATCHBENCH_RESULTS_DIR", lambda: repo_root() / "results")
 
 
 def reports_root() -> Path:
-    return _from_env("PATCHBENCH_REPORTS_DIR", REPO / "reports")
+    return _from_env("PATCHBENCH_REPORTS_DIR", lambda: repo_root() / "reports")
+
+
+def require_writable(folder: Path, variable: str) -> None:
+    """Raise a named error unless files can be created in `folder` (made if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise PatchbenchError(
+            f"cannot write to {folder} ({exc.strerror or exc}); nothing was changed. "
+            f"Make it writable, or set {variable} to a writable folder"
+        ) from exc
+
+
+STAGING_MARK = ".staging-"
+
+
+def make_staging(parent: Path, prefix: str) -> Path:
+    """A new temporary folder in `parent` whose name carries this process id, so a later run
+    can tell a leftover (its process is gone, e.g. killed by SIGKILL) from a live one."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{STAGING_MARK}{os.getpid()}.", dir=parent))
+
+
+def sweep_staging(parent: Path, prefix: str) -> list[Path]:
+    """Remove leftover staging folders/files of dead processes in `parent`; return them."""
+    removed = []
+    for path in parent.glob(f"{prefix}{STAGING_MARK}*") if parent.is_dir() else ():
+        pid = path.name[len(prefix) + len(STAGING_MARK) :].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process `pid` exists (signal 0; a process of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

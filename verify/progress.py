@@ -1,9 +1,12 @@
-"""Progress lines on stderr for long steps (download, unpack, git add)."""
+"""Progress lines on stderr for long steps (download, unpack, git add), and `Steps`: a
+pipeline of named steps with a final summary table (step, outcome, time)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def say(message: str) -> None:
@@ -41,3 +44,76 @@ class Progress:
     def finish(self) -> None:
         self._print()
         say(f"{self.label}: done in {time.monotonic() - self._start:.1f}s")
+
+
+@dataclass
+class StepResult:
+    name: str
+    outcome: str  # pass | fail | not run | not applicable
+    seconds: float | None = None
+    detail: str = ""
+
+
+class Steps:
+    """A pipeline of named steps: progress as each starts and ends, a summary table at the end.
+
+    A step whose prerequisite did not pass is `not run` (naming it); a failing step does not
+    stop independent later steps.
+    """
+
+    def __init__(self, title: str, planned: list[str]):
+        self.title, self.planned = title, planned
+        self.results: dict[str, StepResult] = {}
+        self._start = time.monotonic()
+
+    def _position(self, name: str) -> str:
+        index = self.planned.index(name) + 1 if name in self.planned else len(self.results) + 1
+        return f"[{index}/{len(self.planned)}]"
+
+    def run(self, name: str, action: Callable[[], object], needs: tuple[str, ...] = ()) -> bool:
+        blocked = [n for n in needs if self.outcome(n) != "pass"]
+        if blocked:
+            why = f"{blocked[0]}: {self.outcome(blocked[0])}"
+            return self._record(StepResult(name, "not run", None, why))
+        say(f"{self._position(name)} {self.title}: {name} ...")
+        started = time.monotonic()
+        try:
+            action()
+        except Exception as exc:  # the step's own output says why; keep going
+            detail = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+            return self._record(StepResult(name, "fail", time.monotonic() - started, detail[0]))
+        return self._record(StepResult(name, "pass", time.monotonic() - started))
+
+    def not_applicable(self, name: str, reason: str) -> None:
+        self._record(StepResult(name, "not applicable", None, reason))
+
+    def outcome(self, name: str) -> str:
+        result = self.results.get(name)
+        return result.outcome if result else "not run"
+
+    def _record(self, result: StepResult) -> bool:
+        self.results[result.name] = result
+        took = f" in {result.seconds:.0f}s" if result.seconds is not None else ""
+        why = f" ({result.detail})" if result.detail else ""
+        where = f"{self._position(result.name)} {self.title}: {result.name}"
+        say(f"{where}: {result.outcome}{took}{why}")
+        return result.outcome == "pass"
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.name for r in self.results.values() if r.outcome in ("fail", "not run")]
+
+    def table(self) -> str:
+        rows = [("step", "outcome", "time", "detail")]
+        for name in self.planned + [n for n in self.results if n not in self.planned]:
+            r = self.results.get(name, StepResult(name, "not run", None, "not reached"))
+            took = f"{r.seconds:.0f}s" if r.seconds is not None else "-"
+            rows.append((r.name, r.outcome, took, r.detail[:70]))
+        total = time.monotonic() - self._start
+        rows.append(("total", "fail" if self.failed else "pass", f"{total:.0f}s", ""))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in rows]  # fmt: skip
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.insert(-1, lines[1])
+        return f"{self.title}: summary\n" + "\n".join(lines)

@@ -98,8 +98,11 @@ def sha256_of(path: Path) -> str:
 
 
 def _download(info: SdistInfo, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{info.filename}.", dir=dest.parent)
+    paths.require_writable(dest.parent, "PATCHBENCH_CACHE_DIR")
+    paths.sweep_staging(dest.parent, f".{info.filename}")
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{info.filename}{paths.STAGING_MARK}{os.getpid()}.", dir=dest.parent
+    )
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(info.url, timeout=TIMEOUT_S) as r:
@@ -152,13 +155,27 @@ def fetch_file(
             f"file at {target}; connect once, or set PATCHBENCH_CACHE_DIR to a cache holding it"
         ) from exc
     if target.exists() and sha256_of(target) == info.sha256:
-        recorded.write_text(info.sha256 + "\n")
+        _record(recorded, info.sha256)
         return target
     if target.exists():
         say(f"cached {target.name} does not match the index hash; downloading again")
     _download(info, target)
-    recorded.write_text(info.sha256 + "\n")
+    _record(recorded, info.sha256)
     return target
+
+
+def _record(path: Path, digest: str) -> None:
+    """Write the `.sha256` beside a cached file unless it already says so (a shared, read-only
+    cache holding verified files stays usable)."""
+    if path.exists() and path.read_text().strip() == digest:
+        return
+    try:
+        path.write_text(digest + "\n")
+    except OSError as exc:
+        raise PatchbenchError(
+            f"cannot write {path} ({exc.strerror or exc}); make the cache writable or set "
+            "PATCHBENCH_CACHE_DIR to a writable folder"
+        ) from exc
 
 
 def unpack(tarball: Path, dest: Path) -> Path:

@@ -7,26 +7,32 @@ Each patch's commit message ends with trailers the tool validates::
     Verify: what proves it (tests in this repo, upstream tests in the build tree)
     Drop-when: when the patch can be removed
     Obsolete-in: X.Y.Z   (optional: first release that solved it differently upstream)
+    Fixes: GHSA-...      (optional: the advisory the patch fixes)
+
+Trailers are read by git itself (`git interpret-trailers --parse`): keys in any case, values
+wrapped over indented lines, and git's own trailers (Signed-off-by, ...) in a paragraph of their
+own below the metadata are all accepted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verify import paths
 from verify.errors import PatchbenchError
 
 REQUIRED_TRAILERS = ("Upstream", "Status", "Verify", "Drop-when")
-OPTIONAL_TRAILERS = ("Obsolete-in",)
+OPTIONAL_TRAILERS = ("Obsolete-in", "Fixes", "Signed-off-by", "Co-authored-by")
+_CANONICAL = {key.lower(): key for key in REQUIRED_TRAILERS + OPTIONAL_TRAILERS}
 _VERSION = r"\d+\.\d+\.\d+"
 _STATUS = re.compile(rf"^(proposed|local|merged-in ({_VERSION}))$")
 _UPSTREAM = re.compile(r"^(none|https?://\S+)$")
-_TRAILER = re.compile(r"^([A-Za-z][A-Za-z-]*):\s?(.*)$")
 _DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
-
-PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
 
 
 @dataclass(frozen=True)
@@ -91,17 +97,37 @@ def _split_message(text: str, name: str) -> tuple[str, str]:
     return " ".join(subject), body
 
 
+def _git_trailers(paragraph: str) -> list[tuple[str, str]]:
+    """(key, value) pairs git finds in `paragraph` read as a message's trailer block."""
+    env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    run = subprocess.run(
+        ["git", "interpret-trailers", "--parse", "--no-divider"],
+        input=f"subject\n\n{paragraph}\n", capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    pairs = []
+    for line in run.stdout.splitlines():
+        key, _, value = line.partition(":")
+        pairs.append((_CANONICAL.get(key.strip().lower(), key.strip()), value.strip()))
+    return pairs
+
+
 def parse_trailers(body: str) -> dict[str, str]:
-    """Trailers of the last paragraph of `body` (every line `Key: value`)."""
+    """Trailers at the end of the message `body`, as git parses them, keys in canonical case.
+
+    Trailing paragraphs are read from the last one up while each is a trailer block and the
+    required keys are not all found yet (so `Signed-off-by` may stand in its own paragraph).
+    Repeated keys keep the first value (Signed-off-by lines are not metadata).
+    """
     paragraphs = [p for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
-    if not paragraphs:
-        return {}
     trailers: dict[str, str] = {}
-    for line in paragraphs[-1].splitlines():
-        match = _TRAILER.match(line.strip())
-        if not match:
-            return {}
-        trailers[match.group(1)] = match.group(2).strip()
+    for paragraph in reversed(paragraphs):
+        pairs = _git_trailers(paragraph)
+        if not pairs:
+            break
+        for key, value in pairs:
+            trailers.setdefault(key, value)
+        if all(key in trailers for key in REQUIRED_TRAILERS):
+            break
     return trailers
 
 
@@ -144,7 +170,7 @@ def parse_patch(path: Path) -> Patch:
 
 
 def series_dir(version: str, root: Path | None = None) -> Path:
-    return (root or PATCHES_DIR) / version
+    return (root or paths.patches_root()) / version
 
 
 def read_series(version: str, root: Path | None = None) -> list[Patch]:
@@ -158,6 +184,12 @@ def read_series(version: str, root: Path | None = None) -> list[Patch]:
         for line in manifest.read_text().splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise PatchbenchError(
+            f"{manifest} lists {', '.join(repeated)} more than once; a patch can be applied only "
+            "once: delete the repeated line(s)"
+        )
     patches = []
     for name in names:
         path = directory / name
