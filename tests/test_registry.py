@@ -9,8 +9,11 @@ import pytest
 
 from verify import registry
 from verify.errors import PatchbenchError
-from verify.series import PATCHES_DIR, read_series
+from verify.paths import PACKAGE_PARENT
+from verify.series import read_series
 from verify.versions import PINNED
+
+PATCHES_DIR = PACKAGE_PARENT / "patches"
 
 PINS = list(PINNED)
 

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from verify.errors import PatchbenchError
-from verify.series import PATCHES_DIR, Patch, read_series
+from verify.paths import patches_root, repo_root
+from verify.series import Patch, read_series
 
-REGISTRY_DIR = PATCHES_DIR / "registry"
 KINDS = (
     "equivalence",
     "upstream-tests",
@@ -108,6 +108,11 @@ class Entry:
         return [s for s in self.steps if s.on(version)]
 
 
+def registry_dir() -> Path:
+    """`patches/registry/` of the checkout (or of `PATCHBENCH_PATCHES_DIR`)."""
+    return patches_root() / "registry"
+
+
 def _step(slug: str, raw: dict[str, Any]) -> Step:
     missing = [k for k in _STEP_REQUIRED if k not in raw]
     if missing:
@@ -160,7 +165,7 @@ def parse_entry(path: Path) -> Entry:
 
 def load(root: Path | None = None) -> dict[str, Entry]:
     """Every entry of the registry, by id."""
-    directory = root or REGISTRY_DIR
+    directory = root or registry_dir()
     return {p.stem: parse_entry(p) for p in sorted(directory.glob("*.toml"))}
 
 
@@ -232,7 +237,7 @@ def harness_hash(paths: tuple[str, ...] | list[str], repo: Path | None = None) -
     the step names no harness. A missing file hashes as its name, so it still changes it."""
     if not paths:
         return "none"
-    base = repo or PATCHES_DIR.parent
+    base = repo or repo_root()
     digest = hashlib.sha256()
     for rel in sorted(paths):
         path = base / rel

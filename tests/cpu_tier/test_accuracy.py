@@ -54,8 +54,11 @@ def _fake_lm_eval(answers: dict[str, list[str]]):
     """subprocess.run stand-in for lm_eval: writes results and samples for the server named in
     the command's base_url; `answers[url]` holds one response list per call, in call order."""
     calls: list[str] = []
+    real_run = accuracy.subprocess.run
 
     def run(cmd, **kwargs):
+        if not any(str(a).startswith("base_url=") for a in cmd):
+            return real_run(cmd, **kwargs)  # not lm_eval (e.g. git reading trailers)
         url = next(a for a in cmd if a.startswith("base_url=")).split(",")[0][9:]
         url = url.removesuffix("/v1/completions")
         resps = answers[url][sum(1 for c in calls if c == url)]
