@@ -1,0 +1,52 @@
+"""verify.forward_tests: the adapter must match exactly, and per-test verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from verify import forward_tests as ft
+from verify.errors import PatchbenchError
+
+SPEC = ft.ForwardSpec(
+    seed="002",
+    subject="[Perf] X",
+    release="9.9.1",
+    test_file="tests/test_x.py",
+    select="pooling",
+    adapter=(("DEVICE = platform()", 'DEVICE = "cpu"'),),
+    not_applicable={"test_other_change": "9.9.1's other change"},
+)
+
+
+def test_adapter_applies_and_refuses_a_missing_or_ambiguous_match():
+    assert ft.adapt("DEVICE = platform()\nx = 1\n", SPEC) == 'DEVICE = "cpu"\nx = 1\n'
+    with pytest.raises(PatchbenchError, match="found it 0 time"):
+        ft.adapt("DEVICE = other()\n", SPEC)
+    with pytest.raises(PatchbenchError, match="found it 2 time"):
+        ft.adapt("DEVICE = platform()\nDEVICE = platform()\n", SPEC)
+
+
+def test_classify():
+    outcomes = {
+        "tests/test_x.py::test_a[p0]": "passed",
+        "tests/test_x.py::test_b": "failed",
+        "tests/test_x.py::test_other_change[cpu]": "failed",
+        "tests/test_x.py::test_c": "skipped",
+    }
+    rows = ft.classify(outcomes, SPEC, {"tests/test_x.py::test_c": "needs CUDA"})
+    verdicts = {r["test"].split("::")[1]: (r["verdict"], r["reason"]) for r in rows}
+    assert verdicts == {
+        "test_a[p0]": ("pass", ""),
+        "test_b": ("fail", ""),
+        "test_other_change[cpu]": ("not applicable", "covers 9.9.1's other change"),
+        "test_c": ("not run", "needs CUDA"),
+    }
+
+
+def test_specs_name_patches_of_their_pins():
+    from verify.series import read_series
+
+    for version, specs in ft.SPECS.items():
+        subjects = {p.subject for p in read_series(version)}
+        for spec in specs:
+            assert spec.subject in subjects, (version, spec.subject)

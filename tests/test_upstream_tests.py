@@ -1,0 +1,84 @@
+"""verify.upstream_tests: test selection, JUnit parsing and the verdict (each way it fails)."""
+
+from __future__ import annotations
+
+from tests.conftest import commit_change
+from verify import upstream_tests as ut
+
+SUBJECT = "[Perf] A"
+
+
+def _run(tests: str, code: str, **outcomes: str) -> ut.Run:
+    return ut.Run(tests, code, "pytest", 0, {f"t.py::{k}": v for k, v in outcomes.items()})
+
+
+def _judge(patched: dict, edited: dict, explained: dict | None = None):
+    pristine = _run("shipped", "pristine", a="passed", b="passed", c="failed")
+    explained = {f"t.py::{k}": (SUBJECT, "why") for k in (explained or {})}
+    return ut.judge(
+        pristine,
+        _run("shipped", "patched", **patched),
+        _run("edited", "patched", **edited),
+        explained,
+        {SUBJECT: "0001-a.patch"},
+    )
+
+
+def test_explained_patched_only_failure_passes_and_names_the_patch():
+    outcome, reason, details = _judge(
+        {"a": "failed", "b": "passed", "c": "failed"}, {"a": "passed", "b": "passed"}, {"a": 1}
+    )
+    assert outcome == "pass", reason
+    assert details["patched_only_failures"] == [
+        {"test": "t.py::a", "patch": "0001-a.patch", "subject": SUBJECT, "reason": "why"}
+    ]
+    assert details["pre_existing_failures"] == ["t.py::c"]
+
+
+def test_unexplained_failure_fails():
+    outcome, reason, details = _judge({"a": "failed", "b": "passed"}, {"a": "passed"})
+    assert outcome == "fail" and details["unexplained"] == ["t.py::a"], reason
+
+
+def test_stale_explanation_fails():
+    outcome, reason, _ = _judge({"a": "passed", "b": "passed"}, {"a": "passed"}, {"b": 1})
+    assert outcome == "fail" and "stale" in reason
+
+
+def test_new_failure_of_the_series_tests_fails():
+    outcome, reason, details = _judge({"a": "passed"}, {"a": "passed", "new": "failed"})
+    assert outcome == "fail" and details["edited_new_failures"] == ["t.py::new"], reason
+
+
+def test_nothing_collected_is_not_run():
+    empty = ut.Run("shipped", "pristine", "pytest", 4, {})
+    outcome, _, _ = ut.judge(empty, empty, empty, {}, {})
+    assert outcome == "not run"
+
+
+def test_parse_junit_ids(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.v1.test_x" name="test_a[p0]"/>'
+        '<testcase classname="tests.v1.test_x.TestK" name="test_b"><failure/></testcase>'
+        '<testcase classname="tests.v1.test_x" name="test_c"><skipped/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert ut.parse_junit(junit, ["tests/v1/test_x.py"]) == {
+        "tests/v1/test_x.py::test_a[p0]": "passed",
+        "tests/v1/test_x.py::TestK::test_b": "failed",
+        "tests/v1/test_x.py::test_c": "skipped",
+    }
+
+
+def test_touched_test_files(make_tree):
+    tree = make_tree("9.9.0")
+    tree.apply()
+    commit_change(tree, "vllm/sampler.py", "return x + 1\n", "return x - 1\n", SUBJECT)
+    (tree.path / "tests" / "test_new.py").write_text("def test_n():\n    pass\n")
+    tree.git("add", "tests/test_new.py")
+    tree.git("commit", "-q", "-m", "[Test] new\n\nUpstream: none")
+    shipped, edited = ut.touched_test_files(tree)
+    assert shipped == ["tests/test_sampler.py"]  # vllm/sampler.py -> tests/test_sampler.py
+    assert edited == ["tests/test_new.py", "tests/test_sampler.py"]

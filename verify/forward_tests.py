@@ -1,0 +1,245 @@
+"""Forward tests: the tests of the release that merged a change, run against the older pin that
+carries the change as a backport.
+
+`python -m verify.forward_tests 0.16.0` runs every `SPECS` entry of the pin: release X's test
+file (read from X's sdist, cached) with the smallest adapter that lets it run here (exact text
+replacements, each of which must match, recorded in the result), placed into the pin's own
+``tests/`` tree, under pytest on the pin's patched code and, as a control, on its pristine code.
+Per test: ``pass`` / ``fail`` / ``not applicable`` (it covers another change of X, named) /
+``not run`` (skipped, with pytest's reason). The step fails if an applicable test fails on the
+patched code, and is ``not run`` if none ran.
+
+Runs on CPU in the current interpreter (torch, triton and the pin's requirements, as the
+equivalence sessions have), vLLM imported from the build tree's roots (`verify.equivalence.
+roots`), Triton kernels interpreted (``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verify import results
+from verify.errors import PatchbenchError
+from verify.progress import say
+from verify.series import read_series
+from verify.upstream_code import ReleaseFiles
+from verify.upstream_tests import parse_junit
+from verify.versions import require_pinned
+
+TEST_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+RUN_TIMEOUT_S = 1800
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """Release `release`'s tests of `test_file` (pytest ``-k select``) against patch `subject`."""
+
+    seed: str
+    subject: str
+    release: str
+    test_file: str
+    select: str
+    adapter: tuple[tuple[str, str], ...] = ()
+    adapter_why: str = ""
+    not_applicable: dict[str, str] = field(default_factory=dict)  # test-name prefix -> change
+
+
+_CPU_DEVICE = (
+    "DEVICE = current_platform.device_type",
+    'DEVICE = "cpu"  # forward-test adapter: no accelerator platform here',
+)
+
+SPECS: dict[str, list[ForwardSpec]] = {
+    "0.16.0": [
+        ForwardSpec(
+            seed="001",
+            subject="[Kernel] Tile the vocabulary in sample_recovered_tokens_kernel",
+            release="0.17.0",
+            test_file="tests/v1/sample/test_rejection_sampler.py",
+            select="test_sample_recovered_tokens",
+            adapter=(_CPU_DEVICE,),
+            adapter_why="the source tree has no CPU or CUDA platform build, so "
+            "current_platform.device_type is empty; the test's tensors go to the CPU",
+        ),
+    ],
+    "0.18.1": [
+        ForwardSpec(
+            seed="002",
+            subject="[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
+            release="0.19.0",
+            test_file="tests/v1/worker/test_gpu_input_batch.py",
+            select="pooling",
+            adapter=(
+                (
+                    'CUDA_DEVICES = [\n    f"{current_platform.device_type}:{i}"\n'
+                    "    for i in range(min(current_platform.device_count(), 2))\n]",
+                    'CUDA_DEVICES = ["cpu"]  # forward-test adapter: no accelerator here',
+                ),
+            ),
+            adapter_why="without an accelerator platform CUDA_DEVICES is empty and every "
+            "device-parametrized test is skipped; they run on the CPU instead",
+            not_applicable={
+                "test_pooling_prompt_lens_not_aliased": "0.19.0's separate "
+                "num_prompt_tokens_cpu_tensor change (PoolingMetadata.prompt_lens is a copy, "
+                "no longer a view of the batch's pinned num_prompt_tokens buffer); the "
+                "backport of PR #38139 does not carry it and 0.18.1 still aliases the buffer",
+            },
+        ),
+    ],
+}
+
+
+def adapt(text: str, spec: ForwardSpec) -> str:
+    """Apply the spec's adapter; every replacement must match exactly once."""
+    for old, new in spec.adapter:
+        count = text.count(old)
+        if count != 1:
+            raise PatchbenchError(
+                f"forward-test adapter for {spec.release}:{spec.test_file} expects {old!r} "
+                f"once, found it {count} time(s); update verify/forward_tests.py:SPECS"
+            )
+        text = text.replace(old, new)
+    return text
+
+
+def classify(outcomes: dict[str, str], spec: ForwardSpec, skips: dict[str, str]) -> list[dict]:
+    """Per test of the patched run: pass / fail / not applicable / not run."""
+    rows = []
+    for test, outcome in sorted(outcomes.items()):
+        name = test.split("::")[-1]
+        other = next((c for p, c in spec.not_applicable.items() if name.startswith(p)), None)
+        row = {"test": test, "pytest": outcome}
+        if other:
+            row.update(verdict="not applicable", reason=f"covers {other}")
+        elif outcome == "skipped":
+            row.update(verdict="not run", reason=skips.get(test, "skipped by pytest"))
+        else:
+            row.update(verdict="pass" if outcome == "passed" else "fail", reason="")
+        rows.append(row)
+    return rows
+
+
+def _skip_reasons(junit: Path, files: list[str]) -> dict[str, str]:
+    import xml.etree.ElementTree as ET
+
+    out = {}
+    ids = list(parse_junit(junit, files))
+    for case, test in zip(ET.parse(junit).getroot().iter("testcase"), ids, strict=True):
+        skipped = case.find("skipped")
+        if skipped is not None:
+            out[test] = skipped.get("message", "skipped")
+    return out
+
+
+def _run_side(root: Path, spec: ForwardSpec, text: str, python: str, label: str) -> tuple:
+    """pytest on X's adapted file inside a copy of `root`'s tests tree; (outcomes, skips, rc)."""
+    with tempfile.TemporaryDirectory(prefix=f"forward-{label}-") as tmp:
+        work = Path(tmp)
+        for name in ("vllm", "vllm.egg-info"):
+            if (root / name).exists():
+                (work / name).symlink_to(root / name)
+        shutil.copytree(root / "tests", work / "tests")
+        (work / spec.test_file).write_text(text)
+        junit = work / "junit.xml"
+        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               "--noconftest", f"--junitxml={junit}", spec.test_file,
+               "-k", spec.select]  # fmt: skip
+        env = dict(os.environ, **TEST_ENV)
+        env.pop("PYTHONPATH", None)
+        say(f"forward {spec.release} -> {label}: pytest {spec.test_file} -k {spec.select}")
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)  # fmt: skip
+        if not junit.exists():
+            raise PatchbenchError(f"pytest wrote no report ({label}): {proc.stdout[-2000:]}")
+        outcomes = parse_junit(junit, [spec.test_file])
+        return outcomes, _skip_reasons(junit, [spec.test_file]), proc.returncode, proc.stdout
+
+
+def run_spec(version: str, spec: ForwardSpec, python: str, files: ReleaseFiles) -> dict:
+    from verify.equivalence.roots import materialize
+
+    names = {p.subject: p.name for p in read_series(version)}
+    if spec.subject not in names:
+        raise PatchbenchError(f"no patch {spec.subject!r} in the {version} series")
+    source = files.read(spec.release, spec.test_file)
+    if source is None:
+        raise PatchbenchError(f"vLLM {spec.release} ships no {spec.test_file}")
+    text = adapt(source, spec)
+    pristine_root, patched_root = materialize(version)
+    patched, skips, rc, log = _run_side(patched_root, spec, text, python, "patched")
+    control, _, _, _ = _run_side(pristine_root, spec, text, python, "pristine")
+    rows = classify(patched, spec, skips)
+    for row in rows:
+        row["pristine_control"] = control.get(row["test"], "absent")
+    verdicts = [r["verdict"] for r in rows]
+    counts = {v: verdicts.count(v) for v in ("pass", "fail", "not applicable", "not run")}
+    if counts["fail"]:
+        outcome, reason = "fail", f"{counts['fail']} applicable test(s) of {spec.release} fail"
+    elif counts["pass"]:
+        outcome, reason = "pass", ""
+    else:
+        outcome, reason = "not run", "no applicable test of the release ran here"
+    numbers = {
+        "patch": names[spec.subject],
+        "subject": spec.subject,
+        "release": spec.release,
+        "test_file": spec.test_file,
+        "select": spec.select,
+        "adapter": [{"replace": old, "with": new} for old, new in spec.adapter],
+        "adapter_why": spec.adapter_why,
+        "not_applicable": spec.not_applicable,
+        "counts": counts,
+        "tests": rows,
+        "pytest_returncode": rc,
+        "env": TEST_ENV,
+        "log_tail": log[-1500:],
+    }
+    command = shlex.join(["python", "-m", "verify.forward_tests", version])
+    table = ["| test | patched | pristine (control) | note |", "|---|---|---|---|"]
+    table += [
+        f"| {r['test'].split('::')[-1]} | {r['verdict']} | {r['pristine_control']} | "
+        f"{r['reason'][:80]} |"
+        for r in rows
+    ]
+    return results.make(
+        f"forward-tests-{spec.release}", spec.seed, version, outcome, numbers,
+        reason=reason, command=command, tables=["\n".join(table)],
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verify.forward_tests", description=__doc__)
+    parser.add_argument("version")
+    parser.add_argument("--python", default=sys.executable, help="interpreter with torch/triton")
+    args = parser.parse_args(argv)
+    version = require_pinned(args.version)
+    specs = SPECS.get(version, [])
+    if not specs:
+        print(f"no forward tests are defined for vLLM {version}", file=sys.stderr)
+        return 0
+    worst = 0
+    files = ReleaseFiles()
+    for spec in specs:
+        try:
+            record = run_spec(version, spec, args.python, files)
+        except PatchbenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        name = f"forward-{spec.release}-{record['numbers']['patch'][:4]}"
+        path = results.write(record, "cpu", name)
+        print(record["tables"][0])
+        say(f"{name}: {record['outcome']} {record['numbers']['counts']} -> {path}")
+        worst = max(worst, int(record["outcome"] == "fail"))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Upstream tests as shipped: the pin's own test files of every touched area, unmodified, on the
+pristine and the patched code, and separately the series' edited versions on the patched code.
+
+`python -m verify.upstream_tests 0.22.0` runs, through the CPU runtime (`verify/runtime.py`),
+three pytest sessions over the same files:
+
+1. ``shipped/pristine``: the sdist's test files on the wheel's vLLM;
+2. ``shipped/patched``: the same files on the patched root (the series' ``.py`` overlay);
+3. ``edited/patched``: the series' versions of those files plus the test files it adds.
+
+A test that passes in 1 and fails in 2 is a behaviour the series changes on purpose or a
+regression: it must be listed in `EXPLAINED` (test id -> the patch that changes that behaviour
+and why), else the step fails; an explanation whose failure did not happen fails the step too
+(it is stale). A test failing in 3 but not in 1 fails the step. The record
+(``results/cpu/<v>/upstream-tests.json``) keeps the counts of all three runs side by side.
+
+Touched areas: for every ``vllm/<dir>/<name>.py`` the series changes, the pin's
+``tests/<dir>/test_<name>.py`` (or one folder up), plus every pin test file the series edits.
+Triton kernels run through the interpreter (``TRITON_INTERPRET=1``), as in the equivalence tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verify import paths, results
+from verify.buildtree import BASELINE_TAG, BuildTree
+from verify.errors import PatchbenchError
+from verify.progress import say
+from verify.series import read_series
+from verify.versions import require_pinned
+
+#: Per pin: shipped test id -> (subject of the patch that changes that behaviour, why).
+EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
+    "0.22.0": {
+        "tests/v1/worker/test_gpu_input_batch.py::test_swap_states_in_input_batch"
+        "[swap_list0-32-cpu:0]": (
+            "[Perf][Sampler] Build penalty output tokens from token_ids_cpu and scan think "
+            "markers incrementally",
+            "the patch adds InputBatch.output_tokens_builder, a per-batch helper like "
+            "batch_update_builder; the shipped test's _compare_objs compares every attribute of "
+            "two batches and fails on it (the series' version skips it, as it skips "
+            "batch_update_builder)",
+        ),
+        "tests/v1/worker/test_gpu_input_batch.py::test_pooling_metadata_token_id_buffers"
+        "[pooling_params1-True-True]": (
+            "[Perf] Drop the device copy of pooling prompt token IDs",
+            "the patch stops copying pooling prompt token ids to the device (as upstream 0.29.0 "
+            "does); the shipped test expects the device buffer when requires_token_ids is set",
+        ),
+    },
+}
+
+#: Added to every pytest run (interpreted Triton; the conftest's tblib comes from the add-on).
+TEST_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+PYTEST_ADDON = ["pytest==9.2.0", "tblib"]
+RUN_TIMEOUT_S = 3600
+
+
+def touched_test_files(tree: BuildTree) -> tuple[list[str], list[str]]:
+    """(the pin's test files of the touched areas, the series' test files that run instead:
+    the same paths plus the test files the series adds)."""
+    changed = tree.changed_files()
+    shipped = []
+    for path in changed:
+        if path.startswith("vllm/") and path.endswith(".py"):
+            parts = Path(path[len("vllm/") :])
+            for folder in (parts.parent, parts.parent.parent):
+                candidate = f"tests/{folder.as_posix()}/test_{parts.stem}.py".replace("/./", "/")
+                if tree.read_bytes(BASELINE_TAG, candidate) is not None:
+                    shipped.append(candidate)
+                    break
+        elif path.startswith("tests/") and Path(path).name.startswith("test_"):
+            if tree.read_bytes(BASELINE_TAG, path) is not None:
+                shipped.append(path)
+    shipped = sorted(dict.fromkeys(shipped))
+    added = [
+        p
+        for p in changed
+        if p.startswith("tests/")
+        and Path(p).name.startswith("test_")
+        and tree.read_bytes(BASELINE_TAG, p) is None
+        and tree.read_bytes("HEAD", p) is not None
+    ]
+    return shipped, sorted(dict.fromkeys(shipped + added))
+
+
+# -- running ------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """One pytest session: which tests, on which code, and each test's outcome."""
+
+    tests: str  # shipped | edited
+    code: str  # pristine | patched
+    command: str
+    returncode: int
+    outcomes: dict[str, str] = field(default_factory=dict)  # test id -> passed/failed/skipped
+
+    def counts(self) -> dict[str, int]:
+        out = {"passed": 0, "failed": 0, "skipped": 0}
+        for outcome in self.outcomes.values():
+            out[outcome] += 1
+        return out
+
+    def failed(self) -> set[str]:
+        return {t for t, o in self.outcomes.items() if o == "failed"}
+
+
+def parse_junit(path: Path, files: list[str]) -> dict[str, str]:
+    """{test id: passed | failed | skipped} with ids as ``path::[Class::]name``."""
+    modules = sorted(((f[:-3].replace("/", "."), f) for f in files), key=lambda m: -len(m[0]))
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname, name = case.get("classname", ""), case.get("name", "")
+        test_id = f"{classname}::{name}"
+        for module, file in modules:
+            if classname == module or classname.startswith(module + "."):
+                rest = classname[len(module) + 1 :]
+                test_id = f"{file}::{rest + '::' if rest else ''}{name}"
+                break
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcomes[test_id] = "failed"
+        elif case.find("skipped") is not None:
+            outcomes[test_id] = "skipped"
+        else:
+            outcomes[test_id] = "passed"
+    return outcomes
+
+
+def _pytest_addon(python: str) -> Path:
+    """pytest (and tblib, which vLLM's tests/conftest.py imports) for the runtime's Python,
+    installed once beside the runtime venvs, never into them."""
+    target = paths.cache_dir() / "venvs" / "pytest-addon"
+    if not (target / ".complete").exists():
+        say(f"installing {' '.join(PYTEST_ADDON)} into {target}")
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--target", str(target), *PYTEST_ADDON],
+            check=True,
+        )
+        (target / ".complete").write_text("ok\n")
+    return target
+
+
+def run_pytest(runtime, code: str, tests_root: Path, files: list[str], label: str) -> Run:
+    """pytest over `files` in `tests_root` (a folder holding ``tests/``) on one root."""
+    junit = tests_root / f"junit-{label}.xml"
+    cmd = [runtime.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+           "addopts=", f"--junitxml={junit}", *files]  # fmt: skip
+    env = runtime.env(code)
+    env.update(TEST_ENV)
+    addon = str(_pytest_addon(runtime.python))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), addon]))
+    say(f"upstream-tests {label}: pytest {len(files)} file(s) on the {code} code")
+    with open(tests_root / f"log-{label}.txt", "w") as log:
+        proc = subprocess.run(cmd, cwd=tests_root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=RUN_TIMEOUT_S)  # fmt: skip
+    tests, _ = label.split("-", 1)
+    outcomes = parse_junit(junit, files) if junit.exists() else {}
+    shown = shlex.join(["python", "-m", "pytest", *files])
+    run = Run(tests, code, shown, proc.returncode, outcomes)
+    say(f"upstream-tests {label}: rc {proc.returncode} {run.counts()}")
+    return run
+
+
+# -- verdict ------------------------------------------------------------------------------------
+def judge(
+    shipped_pristine: Run,
+    shipped_patched: Run,
+    edited_patched: Run,
+    explained: dict[str, tuple[str, str]],
+    patch_names: dict[str, str],
+) -> tuple[str, str, dict]:
+    """(outcome, reason, details): patched-only failures of the shipped tests must each be
+    explained, every explanation must still happen, the edited tests must not fail anew."""
+    if not shipped_pristine.outcomes or not shipped_patched.outcomes:
+        return "not run", "pytest collected nothing (see the logs)", {}
+    passed_before = {t for t, o in shipped_pristine.outcomes.items() if o == "passed"}
+    patched_only = sorted(shipped_patched.failed() & passed_before)
+    listed, unexplained = [], []
+    for test in patched_only:
+        if test in explained:
+            subject, why = explained[test]
+            patch = patch_names.get(subject, f"(no patch with subject {subject!r})")
+            listed.append({"test": test, "patch": patch, "subject": subject, "reason": why})
+        else:
+            unexplained.append(test)
+    stale = sorted(set(explained) - set(patched_only))
+    unknown = sorted({s for s, _ in explained.values()} - set(patch_names))
+    edited_new = sorted(edited_patched.failed() - shipped_pristine.failed())
+    details = {
+        "patched_only_failures": listed,
+        "unexplained": unexplained,
+        "stale_explanations": stale,
+        "explained_by_unknown_patch": unknown,
+        "edited_new_failures": edited_new,
+        "pre_existing_failures": sorted(shipped_pristine.failed()),
+    }
+    problems = []
+    if unexplained:
+        problems.append(f"{len(unexplained)} unexplained patched-only failure(s)")
+    if stale:
+        problems.append(f"{len(stale)} explained failure(s) did not happen (stale)")
+    if unknown:
+        problems.append(f"explanations name {len(unknown)} patch(es) not in the series")
+    if edited_new:
+        problems.append(f"{len(edited_new)} failure(s) of the series' tests not failing before")
+    if problems:
+        return "fail", "; ".join(problems), details
+    return "pass", "", details
+
+
+def run(version: str, tree_path: Path | None = None, files: list[str] | None = None) -> dict:
+    """All three sessions for `version`; returns the result record (not yet written)."""
+    from verify import runtime as runtime_mod
+
+    tree = BuildTree(version) if tree_path is None else BuildTree(version, tree_path.parent)
+    if not tree.exists():
+        raise PatchbenchError(f"no build tree for vLLM {version}; run `python -m verify apply`")
+    shipped, edited = touched_test_files(tree)
+    if files:
+        shipped = [f for f in shipped if f in files]
+        edited = [f for f in edited if f in files]
+    rt = runtime_mod.get_runtime(version, tree.path, say=say)
+    names = {p.subject: p.name for p in read_series(version)}
+    with tempfile.TemporaryDirectory(prefix="upstream-tests-") as tmp:
+        roots = {"shipped": Path(tmp) / "shipped", "edited": Path(tmp) / "edited"}
+        for label, rev in (("shipped", BASELINE_TAG), ("edited", "HEAD")):
+            tree.export_tree(rev, roots[label], ["tests", "pyproject.toml"])
+        runs = [
+            run_pytest(rt, "pristine", roots["shipped"], shipped, "shipped-pristine"),
+            run_pytest(rt, "patched", roots["shipped"], shipped, "shipped-patched"),
+            run_pytest(rt, "patched", roots["edited"], edited, "edited-patched"),
+        ]
+        tails = {
+            f"{r.tests}-{r.code}": (roots[r.tests] / f"log-{r.tests}-{r.code}.txt").read_text()[
+                -1500:
+            ]
+            for r in runs
+        }
+    outcome, reason, details = judge(*runs, EXPLAINED.get(version, {}), names)
+    numbers = {
+        "shipped_files": shipped,
+        "edited_files": edited,
+        "runs": {
+            f"{r.tests}/{r.code}": {"command": r.command, "returncode": r.returncode, **r.counts()}
+            for r in runs
+        },
+        **details,
+        "env": TEST_ENV,
+        "runtime": rt.versions(),
+        "log_tails": tails,
+    }
+    table = _table(runs)
+    return results.make(
+        "upstream-tests", "series", version, outcome, numbers, reason=reason,
+        command=f"python -m verify.upstream_tests {version}", tables=[table],
+    )  # fmt: skip
+
+
+def _table(runs: list[Run]) -> str:
+    lines = ["| tests | code | passed | failed | skipped |", "|---|---|---|---|---|"]
+    for r in runs:
+        c = r.counts()
+        lines.append(f"| {r.tests} | {r.code} | {c['passed']} | {c['failed']} | {c['skipped']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verify.upstream_tests", description=__doc__)
+    parser.add_argument("version")
+    parser.add_argument("--tree", type=Path, help="build tree (default build/<version>)")
+    parser.add_argument("--only", nargs="*", help="restrict to these test files")
+    args = parser.parse_args(argv)
+    try:
+        record = run(require_pinned(args.version), args.tree, args.only)
+    except PatchbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    path = results.write(record, "cpu", "upstream-tests")
+    print(record["tables"][0])
+    print(json.dumps({k: record["numbers"][k] for k in ("patched_only_failures", "unexplained",
+                      "stale_explanations", "edited_new_failures")}, indent=1))  # fmt: skip
+    say(f"upstream-tests {args.version}: {record['outcome']} {record['reason']} -> {path}")
+    return 0 if record["outcome"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
