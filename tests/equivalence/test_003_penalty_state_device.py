@@ -34,14 +34,15 @@ import numpy as np
 import pytest
 import torch
 
-from tests.equivalence.test_000_mrv2_sampler import _two_roots_importable
 from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
     _custom_ops_once,
     _opaque_types_once,
     mods,
 )
-from tests.equivalence.test_003_penalties_one_pass import dense  # noqa: F401  (fixture)
-from verify.equivalence.roots import ImportRoot
+from tests.equivalence.test_003_penalties_one_pass import (  # noqa: F401  (fixtures)
+    dense,
+    one_pass,
+)
 
 pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
@@ -119,18 +120,11 @@ def _env_mutant(request, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def kernel(patched):
-    """The patched penalty_state module imported with the Triton interpreter on."""
-    fresh = ImportRoot(patched.path, f"{patched.label} (triton interpreter)")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TRITON_INTERPRET", "1")
-        env.setenv("CUDA_VISIBLE_DEVICES", "")
-        with _two_roots_importable([fresh]):
-            with fresh.active():
-                if not importlib.import_module("vllm.triton_utils").HAS_TRITON:
-                    pytest.skip("vllm.triton_utils did not enable Triton on CPU")
-                mod = importlib.import_module("vllm.v1.sample.ops.penalty_state")
-            yield SimpleNamespace(root=fresh, mod=mod)
+def kernel(one_pass):  # noqa: F811
+    """The patched penalty_state module from one_pass's Triton-interpreter root."""
+    with one_pass.root.active():
+        mod = importlib.import_module("vllm.v1.sample.ops.penalty_state")
+    return SimpleNamespace(root=one_pass.root, mod=mod)
 
 
 # A persistent batch driven like GPUModelRunner drives it ---------------------------------
@@ -398,7 +392,7 @@ def test_slots_only_for_penalty_requests_and_reused(mods, monkeypatch):  # noqa:
     rng = random.Random(5)
     runner = Runner(mods, rng, False, monkeypatch)
     reqs = [runner._new_req() for _ in range(6)]
-    for r, params in zip(reqs, [(0.0, 0.0, 1.0), (1.0, 0.0, 1.0)] * 3):
+    for r, params in zip(reqs, [(0.0, 0.0, 1.0), (1.0, 0.0, 1.0)] * 3, strict=True):
         r.params = params
         runner._add(r, [])
     runner.ib.condense()
@@ -426,8 +420,6 @@ def test_no_state_without_penalties(mods, monkeypatch):  # noqa: F811
     assert runner.ib.penalty_state.state is None  # nothing allocated
 
 
-@pytest.mark.parametrize(
-    "device,expected", [("cpu", False), ("cuda", True), ("xpu", True)]
-)
+@pytest.mark.parametrize("device,expected", [("cpu", False), ("cuda", True), ("xpu", True)])
 def test_which_devices_keep_the_state(state_mod, device, expected):
     assert state_mod.use_penalty_state(torch.device(device)) is expected
