@@ -1,0 +1,425 @@
+"""Device-resident V1 penalty state vs upstream's penalties given the same history (0.22.0
+patch 0011, 0.33.0 patch 0008).
+
+Pristine: `apply_all_penalties` with the prompt tensor and the output lists as upstream sees
+them when it applies penalties (after the async placeholder repair). Patched: a real patched
+`InputBatch` (CPU tensors, state switched on) driven the way the model runner drives it:
+requests added, finished, preempted and resumed (the list comes back from the scheduler's
+token ids), `condense()`, `swap_states()` (attention-backend reordering), partial prefills
+whose samples are discarded, sync or async scheduling (the host lists get -1 placeholders that
+nothing repairs, since penalties no longer ask for them), outputs truncated after a KV-load
+failure (`reset_row`, as `_update_states` calls it); after each step's sampling
+`PenaltyState.record_sampled` counts the sampled ids. The penalized logits come from
+`PenaltyState.apply`: on CPU its torch path (upstream's own ops on the counts read from the
+state), and its Triton kernel (the CUDA path) under the Triton interpreter against the dense
+path with the CUDA repetition op's arithmetic (as test_003_penalties_one_pass.py).
+
+Checked bit for bit (int views) on randomized sequences, float32 and bfloat16; mutants of the
+state (a swap that forgets its counts, a counted placeholder, a resumption keeping stale
+counts, a counted discarded sample) must make the same sequences fail
+(`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies one to every
+test, for counting failures by hand).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import random
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
+    _custom_ops_once,
+    _opaque_types_once,
+    mods,
+)
+from tests.equivalence.test_003_penalties_one_pass import (  # noqa: F401  (fixtures)
+    dense,
+    one_pass,
+)
+
+pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
+
+VOCAB = 97
+MAX_MODEL_LEN = 512
+MAX_NUM_REQS = 16
+MUTANT_ENV = "PATCHBENCH_PENALTY_STATE_MUTANT"
+
+
+# Mutants of the state (applied to the patched module's PenaltyState) -------------------
+
+
+def _mutant_swap(cls, mp):
+    """swap_states() moves the request but its row keeps the other request's counts."""
+    mp.setattr(cls, "swap_rows", lambda self, i1, i2: None)
+
+
+def _mutant_placeholder(cls, mp):
+    """A -1 placeholder of a rebuilt list counts as the last vocabulary id."""
+    original = cls._rebuild_source
+
+    def rebuild_source(self, prompt_token_ids, output_token_ids):
+        prompt, _ = original(self, prompt_token_ids, [])
+        output = np.array(output_token_ids, dtype=np.int64) % self.vocab_size
+        return prompt, output
+
+    mp.setattr(cls, "_rebuild_source", rebuild_source)
+
+
+def _mutant_resume(cls, mp):
+    """A rebuilt slot keeps what it counted before (no zeroing): a resumed request (or the
+    next owner of a freed slot) starts from stale counts."""
+    original = cls._rebuild
+
+    def rebuild(self, pending):
+        fill = self.state.index_fill_
+        self.state.index_fill_ = lambda dim, index, value: self.state
+        try:
+            original(self, pending)
+        finally:
+            self.state.index_fill_ = fill
+
+    mp.setattr(cls, "_rebuild", rebuild)
+
+
+def _mutant_discard(cls, mp):
+    """The sample of a partial prefill (discarded by the runner) is counted."""
+    original = cls.record_sampled
+
+    def record_sampled(self, sampled, discard_mask, num_reqs):
+        original(self, sampled, torch.zeros_like(discard_mask), num_reqs)
+
+    mp.setattr(cls, "record_sampled", record_sampled)
+
+
+MUTANTS = {
+    "swap": _mutant_swap,
+    "placeholder": _mutant_placeholder,
+    "resume": _mutant_resume,
+    "discard": _mutant_discard,
+}
+
+
+@pytest.fixture(scope="module")
+def state_mod(mods):  # noqa: F811
+    return mods.patched.load("vllm.v1.sample.ops.penalty_state")
+
+
+@pytest.fixture(autouse=True)
+def _env_mutant(request, monkeypatch):
+    name = os.environ.get(MUTANT_ENV)
+    if name:
+        state_mod = request.getfixturevalue("state_mod")
+        MUTANTS[name](state_mod.PenaltyState, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def kernel(one_pass):  # noqa: F811
+    """The patched penalty_state module from one_pass's Triton-interpreter root."""
+    with one_pass.root.active():
+        mod = importlib.import_module("vllm.v1.sample.ops.penalty_state")
+    return SimpleNamespace(root=one_pass.root, mod=mod)
+
+
+# A persistent batch driven like GPUModelRunner drives it ---------------------------------
+
+
+@dataclass
+class Req:
+    req_id: str
+    prompt: list[int]
+    params: tuple[float, float, float]  # presence, frequency, repetition
+    history: list[int] = field(default_factory=list)  # what upstream's penalties see
+    state: object = None  # CachedRequestState (its output list is the batch's)
+
+
+class Runner:
+    """A patched InputBatch plus the model runner's calls around it."""
+
+    def __init__(self, mods, rng: random.Random, async_sched: bool, monkeypatch):  # noqa: F811
+        self.mods, self.rng, self.async_sched = mods, rng, async_sched
+        ib_mod = mods.pa_ib
+        monkeypatch.setattr(ib_mod, "use_penalty_state", lambda device: True)
+        kwargs = dict(
+            max_num_reqs=MAX_NUM_REQS,
+            max_model_len=MAX_MODEL_LEN,
+            max_num_batched_tokens=MAX_MODEL_LEN,
+            device=torch.device("cpu"),
+            vocab_size=VOCAB,
+            block_sizes=[16],
+        )
+        params = inspect.signature(ib_mod.InputBatch).parameters
+        if "pin_memory" in params:  # 0.22.0
+            kwargs["pin_memory"] = False
+        if "kernel_block_sizes" in params:  # 0.22.0
+            kwargs["kernel_block_sizes"] = [16]
+        if "max_num_blocks_per_req" in params:  # 0.33.0: required
+            kwargs["max_num_blocks_per_req"] = [MAX_MODEL_LEN // 16]
+        with mods.patched.active():
+            self.ib = ib_mod.InputBatch(**kwargs)
+            self.sampling_params = importlib.import_module("vllm.sampling_params")
+        assert self.ib.penalty_state is not None
+        self.running: dict[str, Req] = {}
+        self.preempted: dict[str, Req] = {}
+        self.next_id = 0
+
+    # Scheduler-side events
+    def _new_req(self) -> Req:
+        rng = self.rng
+        prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 30))]
+        kind = rng.random()
+        if kind < 0.25:
+            params = (0.0, 0.0, 1.0)  # no penalty: no slot
+        elif kind < 0.3:
+            params = (-0.0, -0.0, 1.0)  # neither: the sign of zero still matters
+        else:
+            params = (
+                rng.choice([0.0, rng.uniform(-2, 2)]),
+                rng.choice([0.0, rng.uniform(-2, 2)]),
+                rng.choice([1.0, rng.uniform(0.5, 2)]),
+            )
+        self.next_id += 1
+        return Req(f"req-{self.next_id}", prompt, params)
+
+    def _add(self, req: Req, output: list[int]) -> None:
+        pres, freq, rep = req.params
+        with self.mods.patched.active():
+            sp = self.sampling_params.SamplingParams(
+                temperature=1.0,
+                presence_penalty=pres,
+                frequency_penalty=freq,
+                repetition_penalty=rep,
+            )
+            cls = self.mods.pa_ib.CachedRequestState
+            req.state = cls(
+                req_id=req.req_id,
+                prompt_token_ids=req.prompt,
+                mm_features=[],
+                sampling_params=sp,
+                generator=None,
+                block_ids=([],),
+                num_computed_tokens=len(req.prompt),
+                output_token_ids=output,
+            )
+            self.ib.add_request(req.state)
+        self.running[req.req_id] = req
+
+    def schedule(self) -> None:
+        """One _update_states: finish / preempt, truncate, add / resume, condense, reorder,
+        refresh."""
+        rng, ib = self.rng, self.ib
+        for req_id in list(self.running):
+            r = rng.random()
+            if r < 0.06:
+                del self.running[req_id]
+                ib.remove_request(req_id)
+            elif r < 0.12:
+                self.preempted[req_id] = self.running.pop(req_id)
+                ib.remove_request(req_id)
+            elif r < 0.15 and not self.async_sched and self.running[req_id].history:
+                self._truncate(self.running[req_id])
+        for req_id in list(self.preempted):
+            if len(self.running) < MAX_NUM_REQS and rng.random() < 0.3:
+                self._resume(self.preempted.pop(req_id))
+        while len(self.running) < MAX_NUM_REQS and rng.random() < 0.35:
+            self._add(self._new_req(), [])
+        ib.condense()
+        for _ in range(rng.randint(0, 2)):
+            if ib.num_reqs >= 2:
+                i1, i2 = rng.sample(range(ib.num_reqs), 2)
+                with self.mods.patched.active():
+                    ib.swap_states(i1, i2)
+        with self.mods.patched.active():
+            ib.refresh_metadata()
+
+    def _resume(self, req: Req) -> None:
+        """Resumed after preemption: the scheduler sends the real token ids (async) or the
+        worker kept its list (sync). Now and then the list holds -1 entries that upstream
+        never repairs (it only repairs rows of the previous step): both sides treat them as
+        padding."""
+        output = list(req.history)
+        if output and self.rng.random() < 0.3:
+            for _ in range(self.rng.randint(1, 3)):
+                output[self.rng.randrange(len(output))] = -1
+            req.history = list(output)
+        self._add(req, output)
+
+    def _truncate(self, req: Req) -> None:
+        """Tokens discarded after a sync KV-load failure (GPUModelRunner._update_states)."""
+        keep = self.rng.randrange(len(req.history))
+        del req.history[keep:]
+        del req.state.output_token_ids[keep:]
+        ib = self.ib
+        index = ib.req_id_to_index[req.req_id]
+        ib.num_tokens_no_spec[index] = ib.num_prompt_tokens[index] + keep
+        ib.penalty_state.reset_row(
+            index,
+            ib.token_ids_cpu[index, : ib.num_prompt_tokens[index]],
+            req.state.output_token_ids,
+        )
+
+    def sample(self) -> None:
+        """The sampler's ids on the device, then _bookkeeping_sync on the host."""
+        ib, rng = self.ib, self.rng
+        n = ib.num_reqs
+        sampled = torch.tensor([[rng.randrange(VOCAB)] for _ in range(n)], dtype=torch.int32)
+        discard = torch.zeros(MAX_NUM_REQS, dtype=torch.bool)
+        discard[:n] = torch.rand(n) < 0.1  # partial prefills
+        ib.penalty_state.record_sampled(sampled, discard, n)
+        for i, req_id in enumerate(ib.req_ids):
+            req = self.running[req_id]
+            if discard[i] or len(req.history) + len(req.prompt) >= MAX_MODEL_LEN - 1:
+                continue
+            token = int(sampled[i, 0])
+            req.history.append(token)
+            # Async scheduling appends a placeholder that nothing repairs.
+            req.state.output_token_ids.append(-1 if self.async_sched else token)
+
+    # Penalties
+    def penalty_inputs(self):
+        meta = self.ib.sampling_metadata
+        reqs = [self.running[r] for r in self.ib.req_ids]
+        width = max(len(r.prompt) for r in reqs)
+        prompt = torch.full((len(reqs), width), VOCAB, dtype=torch.int64)
+        for i, r in enumerate(reqs):
+            prompt[i, : len(r.prompt)] = torch.tensor(r.prompt)
+        histories = [list(r.history) for r in reqs]
+        pens = (meta.presence_penalties, meta.frequency_penalties, meta.repetition_penalties)
+        return meta, prompt, histories, pens
+
+
+def _logits(seed: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, VOCAB, generator=g)
+    logits[torch.rand(n, VOCAB, generator=g) < 0.03] = 0.0
+    logits[torch.rand(n, VOCAB, generator=g) < 0.03] = -0.0
+    return logits.to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _pristine(mods, logits, prompt, pens, histories):  # noqa: F811
+    with mods.pristine.active():
+        return mods.pr_pen.apply_all_penalties(logits, prompt, *pens, histories)
+
+
+def _run(mods, monkeypatch, seed, async_sched, steps, check) -> int:  # noqa: F811
+    """Drive one randomized sequence; `check(runner, step)` compares one step and returns
+    whether it matched. Returns the number of mismatching steps."""
+    rng = random.Random(seed * 2 + async_sched)
+    runner = Runner(mods, rng, async_sched, monkeypatch)
+    mismatches = 0
+    for step in range(steps):
+        runner.schedule()
+        if runner.ib.num_reqs == 0:
+            continue
+        meta = runner.ib.sampling_metadata
+        if not meta.no_penalties:
+            assert meta.penalty_state is runner.ib.penalty_state
+            # Penalties need neither the host lists nor the prompt tensor.
+            assert meta.output_token_ids == [] and meta.prompt_token_ids is None
+            mismatches += not check(runner, step)
+        runner.sample()
+    return mismatches
+
+
+def _torch_check(mods, dtype):  # noqa: F811
+    def check(runner, step):
+        meta, prompt, histories, pens = runner.penalty_inputs()
+        logits = _logits(step, len(histories), dtype)
+        ref = _pristine(mods, logits.clone(), prompt, pens, histories)
+        with mods.patched.active():
+            got = meta.penalty_state.apply(logits.clone(), *pens)
+        return torch.equal(_bits(got), _bits(ref))
+
+    return check
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("seed", range(6))
+def test_random_batch_ops_match_pristine(mods, monkeypatch, seed, async_sched, dtype):  # noqa: F811
+    assert _run(mods, monkeypatch, seed, async_sched, 80, _torch_check(mods, dtype)) == 0
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kernel_matches_dense_cuda_arithmetic(mods, dense, kernel, monkeypatch, seed, async_sched):  # noqa: F811
+    """The CUDA path (Triton kernel, interpreted) vs upstream's dense path with the CUDA
+    repetition op's arithmetic, on the same sequences."""
+
+    def check(runner, step):
+        meta, prompt, histories, pens = runner.penalty_inputs()
+        logits = _logits(step, len(histories), torch.float32)
+        with mods.pristine.active():
+            t = mods.pr_pen._convert_to_tensors(histories, VOCAB, torch.device("cpu"))
+        t.masked_fill_(t == -1, VOCAB)
+        ref = dense(logits.clone(), prompt, t, *pens)
+        state = meta.penalty_state
+        state.flush()
+        with kernel.root.active():
+            got = kernel.mod.PenaltyState._apply_one_pass(state, logits.clone(), *pens)
+        return torch.equal(_bits(got), _bits(ref))
+
+    assert _run(mods, monkeypatch, 100 + seed, async_sched, 40, check) == 0
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_mutant_is_detected(mods, state_mod, monkeypatch, mutant):  # noqa: F811
+    """Each mutant of the state makes some of the randomized sequences above fail."""
+    if os.environ.get(MUTANT_ENV):
+        pytest.skip(f"{MUTANT_ENV} already applies a mutant")
+    MUTANTS[mutant](state_mod.PenaltyState, monkeypatch)
+    check = _torch_check(mods, torch.float32)
+    failing = sum(
+        _run(mods, monkeypatch, seed, async_sched, 80, check) > 0
+        for seed in range(6)
+        for async_sched in (False, True)
+    )
+    assert failing > 0
+
+
+def test_slots_only_for_penalty_requests_and_reused(mods, monkeypatch):  # noqa: F811
+    """Memory: one state row per concurrent penalty request (peak), freed rows reused."""
+    rng = random.Random(5)
+    runner = Runner(mods, rng, False, monkeypatch)
+    reqs = [runner._new_req() for _ in range(6)]
+    for r, params in zip(reqs, [(0.0, 0.0, 1.0), (1.0, 0.0, 1.0)] * 3, strict=True):
+        r.params = params
+        runner._add(r, [])
+    runner.ib.condense()
+    runner.ib.refresh_metadata()
+    state = runner.ib.penalty_state
+    assert state.num_active == 3 and state.state.shape == (3, VOCAB + 1)
+    slots = state.row_slot[: runner.ib.num_reqs]
+    assert sorted(slots[slots >= 0].tolist()) == [0, 1, 2]
+    assert (slots[[0, 2, 4]] == -1).all()
+    runner.ib.remove_request(reqs[1].req_id)
+    runner.ib.condense()
+    runner._add(runner._new_req(), [])
+    runner.ib.condense()
+    runner.ib.refresh_metadata()
+    assert state.state.shape[0] == 3  # the freed slot was reused, nothing grew
+
+
+def test_no_state_without_penalties(mods, monkeypatch):  # noqa: F811
+    runner = Runner(mods, random.Random(6), False, monkeypatch)
+    r = runner._new_req()
+    r.params = (0.0, 0.0, 1.0)
+    runner._add(r, [])
+    runner.ib.refresh_metadata()
+    assert runner.ib.sampling_metadata.no_penalties
+    assert runner.ib.penalty_state.state is None  # nothing allocated
+
+
+@pytest.mark.parametrize("device,expected", [("cpu", False), ("cuda", True), ("xpu", True)])
+def test_which_devices_keep_the_state(state_mod, device, expected):
+    assert state_mod.use_penalty_state(torch.device(device)) is expected
