@@ -364,3 +364,15 @@ def test_the_stamp_names_the_series_hash_the_tree_was_applied_from(make_tree):
     assert tree.applied_series_hash() is None
     _two_patch_series(tree)
     assert tree.applied_series_hash() == series_hash(tree.version, tree.patches_root)
+
+
+def test_leftovers_of_older_versions_are_removed_once_an_hour_old(pinned_release, capsys):
+    build = Path(pinned_release["PATCHBENCH_BUILD_DIR"])
+    old, fresh, other = (build / ".0.22.0.ab12cd_9", build / ".0.22.0.zz99yy00", build / ".notes")
+    for folder in (old, fresh, other):
+        (folder / "tree").mkdir(parents=True)
+    hour_ago = time.time() - 3700
+    os.utime(old, (hour_ago, hour_ago))
+    assert main(["apply", "0.22.0"]) == 0
+    assert f"removed {old}" in capsys.readouterr().err
+    assert not old.exists() and fresh.exists() and other.exists()

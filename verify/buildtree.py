@@ -172,8 +172,9 @@ class BuildTree:
                 f"{self.path} exists but is not a build tree (no .git); move it away first"
             )
         paths.require_writable(self.path.parent, "PATCHBENCH_BUILD_DIR")
-        for left in paths.sweep_staging(self.path.parent, f".{self.version}"):
-            say(f"removed {left}, left behind by an interrupted run")
+        left = paths.sweep_staging(self.path.parent, f".{self.version}")
+        for path in left + _sweep_legacy_staging(self.path.parent, self.version):
+            say(f"removed {path}, left behind by an interrupted run")
         tarball = self._fetch_sdist(self.version)
         staging = paths.make_staging(self.path.parent, f".{self.version}")
         try:
@@ -532,6 +533,24 @@ class BuildTree:
             capture_output=True,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+_LEGACY_AGE_S = 3600
+
+
+def _sweep_legacy_staging(parent: Path, version: str) -> list[Path]:
+    """Staging folders of versions before the pid-named ones (`.<version>.` + mkdtemp's 8
+    characters, holding `tree/` or `.unpack-*`), removed once an hour old."""
+    pattern = re.compile(rf"^\.{re.escape(version)}\.[a-z0-9_]{{8}}$")
+    removed = []
+    for path in parent.iterdir() if parent.is_dir() else ():
+        if not (pattern.match(path.name) and path.is_dir()):
+            continue
+        staged = (path / "tree").exists() or any(path.glob(".unpack-*"))
+        if staged and time.time() - path.stat().st_mtime > _LEGACY_AGE_S:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _folder_state(folder: Path) -> dict[str, str]:
