@@ -30,8 +30,9 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     pins* = ["0.22.0"]            # only on these pins (default: every pin of the entry)
     claim* = "faster"             # performance/kernel/serve-bench: "faster" | "not slower"
     threshold* = 0.05             # noise threshold (fraction)
-    variant* = "{pin}+010"        # kernel: the variant judged, "{pin}" = the pin (its baseline
-                                  #   is named in the raw rows)
+    variant* = "{pin}+{number}"   # kernel: the variant judged, "{pin}" = the pin, "{number}" =
+                                  #   the patch's series number there (0006); its baseline is
+                                  #   the pin's own kernel where the run measured it
     not_applicable* = "why"       # the step does not run this patch's code on that device
     note* = "..."                 # shown beside the step in the report
 

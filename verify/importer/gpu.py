@@ -9,11 +9,13 @@ record's verdict comes from a rule in verify.verdicts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
 from verify.importer.cpu import apply_effect, build_effect
+from verify.series import read_series
 from verify.verdicts import (
     FAIL,
     Verdict,
@@ -727,20 +729,55 @@ def is_contract(data: object) -> bool:
     return bool(isinstance(data, dict) and "machine" in data and rows and "variant" in rows[0])
 
 
-def kernel_file(version: str) -> Path | None:
-    """The newest kernel file of `version` in the raw-data contract, else KERNEL_FILE."""
+def kernel_file(version: str, variant: str) -> Path | None:
+    """The newest kernel file in the raw-data contract that measured `variant` (step folders
+    and their raw/ folders of every pin), else `version`'s legacy KERNEL_FILE."""
     contract = []
-    for path in (gpu_root() / version).glob("*.json"):
+    for path in [*gpu_root().glob("*/*.json"), *gpu_root().glob("*/raw/*.json")]:
         try:
             data = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
-        if is_contract(data):
+        if is_contract(data) and any(r.get("variant") == variant for r in data["rows"]):
             contract.append((str(data.get("date", "")), path))
     if contract:
         return max(contract)[1]
     legacy = gpu_root() / version / KERNEL_FILE
     return legacy if legacy.exists() else None
+
+
+def patch_number(version: str, subject: str) -> str:
+    """The series number (``0006``) of the patch with `subject` on `version`, or ``""``."""
+    for patch in read_series(version):
+        if patch.subject == subject:
+            return patch.name.split("-", 1)[0]
+    return ""
+
+
+def rebased_rows(rows: list[dict], variant: str, pin: str) -> list[dict]:
+    """`rows` with `variant`'s baseline set to the pin's own kernel where the run measured it at
+    the same shape (a run may compare every variant with one pin's kernel)."""
+    measured = {kernel.shape_key(r) for r in rows if r["variant"] == pin}
+    return [
+        {**r, "baseline": pin} if r["variant"] == variant and kernel.shape_key(r) in measured else r
+        for r in rows
+    ]
+
+
+def variant_is_current(data: dict, variant: str, version: str, files: tuple[str, ...]) -> bool:
+    """True when the run recorded the sha256 of `variant`'s source and it equals one of the
+    patch's files in the applied build tree of `version` (the run measured this patch as it is
+    now); False when either is missing or they differ."""
+    recorded = (data.get("variants") or {}).get(variant, {})
+    sha = recorded.get("sha256") if isinstance(recorded, dict) else None
+    tree = paths.build_root() / version
+    if not sha or not tree.is_dir():
+        return False
+    for rel in files:
+        path = tree / rel
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha:
+            return True
+    return False
 
 
 def kernel_rows(data: dict) -> tuple[list[dict], dict, str, str]:
@@ -782,16 +819,19 @@ def _kernel_table(rows: list[dict], variant: str) -> str:
 def kernels(version: str) -> list[dict]:
     """One record per registry kernel step with a variant on `version` (ratios variant/baseline:
     below 1 is faster)."""
-    path = kernel_file(version)
-    if path is None:
-        return []
-    rows, machine, command, date = kernel_rows(json.loads(path.read_text()))
     out = []
     for entry in registry.load().values():
         for step in entry.steps_on(version):
             if step.rule != "kernel" or not step.variant or version not in entry.pins:
                 continue
-            variant = step.variant.format(pin=version)
+            number = patch_number(version, entry.pins[version])
+            variant = step.variant.format(pin=version, number=number)
+            path = kernel_file(version, variant)
+            if path is None:
+                continue
+            data = json.loads(path.read_text())
+            all_rows, machine, command, date = kernel_rows(data)
+            rows = rebased_rows(all_rows, variant, version)
             verdict = kernel.judge(rows, variant, step.threshold, step.claim)
             numbers = {
                 **verdict.numbers,
@@ -813,7 +853,11 @@ def kernels(version: str) -> list[dict]:
                     date=date,
                     patches=[entry.slug],
                 )
-                results.restamp(record, results.series_hash(version))
+                patch = next(p for p in read_series(version) if p.name.startswith(number))
+                current = is_contract(data) and variant_is_current(
+                    data, variant, version, patch.files
+                )
+                results.restamp(record, results.series_hash(version) if current else "unknown")
                 out.append(record)
     return out
 
