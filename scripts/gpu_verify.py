@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import random
 import re
 import shutil
@@ -945,6 +946,20 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
     return data
 
 
+def cpu_model() -> str:
+    """This machine's CPU model, read here (the record must not borrow the importer's)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown (not recorded by the run)"
+
+
+def overlay_patch_hashes(overlay: Path) -> dict[str, str]:
+    """{patch subject: diff hash} the overlay was packed from (verify.gpu_overlay), or {}."""
+    path = overlay / "PATCH_HASHES.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 # ---------------------------------------------------------------------------------------------
 PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -1101,8 +1116,11 @@ def main() -> int:
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
         "vllm_version": args.version,
         "series_hash": (args.overlay / "SERIES_HASH").read_text().strip(),
+        "patch_hashes": overlay_patch_hashes(args.overlay),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **build_sites(args.overlay, variants),
     }

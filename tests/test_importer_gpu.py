@@ -272,7 +272,7 @@ def _contract(eager_split: float, identical: bool = True) -> dict:
             },
             {
                 **row,
-                "variant": "0.22.0+010",
+                "variant": "0.22.0+0006",
                 "identical": identical,
                 "eager_us": [x * eager_split for x in rounds],
                 "host_us": [x * 19 for x in rounds],
@@ -294,3 +294,22 @@ def test_kernel_records_read_the_raw_data_contract(mod, tmp_path, eager, identic
     assert split["outcome"] == outcome and split["machine"]["python"] == "3.12.3"
     assert list(split["patches"]) == ["recovered-tokens-split-vocab"]
     assert "ragged" in split["tables"][0]
+
+
+def test_recorded_patch_hashes_decide_staleness_per_patch(mod, tmp_path):
+    """A step file that carries the overlay's {subject: diff hash} is current evidence for a
+    patch whose diff is unchanged (even from another series), and stale for a changed one."""
+    from verify import registry, results
+    from verify.series import read_series
+
+    by_subject = {p.subject: registry.diff_hash(p) for p in read_series("0.22.0")}
+    slug = "penalties-one-pass-triton"
+    subject = registry.load()[slug].pins["0.22.0"]
+    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
+    data = {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec()}
+    _write(tmp_path, "penalties-v1", {**data, "patch_hashes": by_subject})
+    rec = mod.penalties("0.22.0")
+    assert rec["patches"][slug] == by_subject[subject]
+    assert results.staleness(rec, slug, "0.22.0") == ""
+    _write(tmp_path, "penalties-v1", {**data, "patch_hashes": {**by_subject, subject: "0" * 12}})
+    assert results.staleness(mod.penalties("0.22.0"), slug, "0.22.0").startswith("patch changed")

@@ -13,13 +13,14 @@ test files into ``DIR/patched``
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from verify.buildtree import BASELINE_TAG, BuildTree
-from verify.series import series_hash
+from verify.series import read_series, series_hash
 from verify.versions import require_pinned
 
 
@@ -50,7 +51,16 @@ def pack(tree: BuildTree, out: Path, only_patches: list[str] = ()) -> Path:
     for number in only_patches:
         _pack_single(tree, number, target / f"only-{number}")
     (target / "SERIES_HASH").write_text(series_hash(version) + "\n")
+    (target / "PATCH_HASHES.json").write_text(json.dumps(patch_hashes(version), indent=1) + "\n")
     return target
+
+
+def patch_hashes(version: str) -> dict[str, str]:
+    """{patch subject: diff hash} of the series the overlay packs: the GPU step files carry it,
+    so a record stays current evidence for a patch until that patch's diff changes."""
+    from verify.registry import diff_hash
+
+    return {patch.subject: diff_hash(patch) for patch in read_series(version)}
 
 
 def _pack_single(tree: BuildTree, number: str, dest: Path) -> None:

@@ -81,6 +81,12 @@ def _record(
         date=src["date"],
     )
     results.restamp(result, src.get("series_hash") or "unknown")
+    recorded = src.get("patch_hashes") or {}
+    if recorded:  # the run recorded each patch's diff hash: staleness per patch from it
+        entries = registry.load()
+        for slug in result["patches"]:
+            subject = entries[slug].pins.get(src["vllm_version"], "") if slug in entries else ""
+            result["patches"][slug] = recorded.get(subject, "unknown")
     return result
 
 
