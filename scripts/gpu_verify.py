@@ -990,6 +990,19 @@ STEPS: dict[str, dict] = {
             "penalties": {"batch": 32, "output_len": 8160, "params": {"top_p": 0.95, **PENALTIES}},
         },
     },
+    # issue 22: a larger batch (the cost grew with B): 128 x (32 + 2048) tokens fit both
+    # engines' KV caches (0.45 of the GPU each, about 280k tokens of the 0.6B shape).
+    "penalties-v1-b128": {
+        "seed": "003",
+        "env": V1,
+        "variants": ["pristine", "patched"],
+        "repeats": 1,
+        "engine": {"max_model_len": 2048 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 128},
+        "configs": {
+            "plain": {"batch": 128, "output_len": 2048, "params": {"top_p": 0.95}},
+            "penalties": {"batch": 128, "output_len": 2048, "params": {"top_p": 0.95, **PENALTIES}},
+        },
+    },
     # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
     "attribution": {
         "seed": "004",
