@@ -60,6 +60,16 @@ EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
+#: Per pin: tests not run here (deselected on every run) and why; the record lists them.
+NOT_RUN: dict[str, dict[str, str]] = {
+    "0.22.0": {
+        "tests/v1/sample/test_rejection_sampler.py::"
+        "test_rejection_sampling_approximates_target_distribution": "a Monte-Carlo loop of "
+        "thousands of rejection-sampler calls; under the Triton interpreter on 2 shared cores it "
+        "did not finish in 10 minutes (the GPU tier's upstream-tests step runs it)",
+    },
+}
+
 #: Added to every pytest run (interpreted Triton; the conftest's tblib comes from the add-on).
 TEST_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 PYTEST_ADDON = ["pytest==9.2.0", "tblib"]
@@ -150,11 +160,14 @@ def _pytest_addon(python: str) -> Path:
     return target
 
 
-def run_pytest(runtime, code: str, tests_root: Path, files: list[str], label: str) -> Run:
+def run_pytest(
+    runtime, code: str, tests_root: Path, files: list[str], label: str, skip: list[str]
+) -> Run:
     """pytest over `files` in `tests_root` (a folder holding ``tests/``) on one root."""
     junit = tests_root / f"junit-{label}.xml"
+    deselect = [f"--deselect={test}" for test in skip]
     cmd = [runtime.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-           "addopts=", f"--junitxml={junit}", *files]  # fmt: skip
+           "addopts=", f"--junitxml={junit}", *deselect, *files]  # fmt: skip
     env = runtime.env(code)
     env.update(TEST_ENV)
     addon = str(_pytest_addon(runtime.python))
@@ -165,7 +178,7 @@ def run_pytest(runtime, code: str, tests_root: Path, files: list[str], label: st
                               timeout=RUN_TIMEOUT_S)  # fmt: skip
     tests, _ = label.split("-", 1)
     outcomes = parse_junit(junit, files) if junit.exists() else {}
-    shown = shlex.join(["python", "-m", "pytest", *files])
+    shown = shlex.join(["python", "-m", "pytest", *deselect, *files])
     run = Run(tests, code, shown, proc.returncode, outcomes)
     say(f"upstream-tests {label}: rc {proc.returncode} {run.counts()}")
     return run
@@ -235,10 +248,11 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
         roots = {"shipped": Path(tmp) / "shipped", "edited": Path(tmp) / "edited"}
         for label, rev in (("shipped", BASELINE_TAG), ("edited", "HEAD")):
             tree.export_tree(rev, roots[label], ["tests", "pyproject.toml"])
+        skip = sorted(NOT_RUN.get(version, {}))
         runs = [
-            run_pytest(rt, "pristine", roots["shipped"], shipped, "shipped-pristine"),
-            run_pytest(rt, "patched", roots["shipped"], shipped, "shipped-patched"),
-            run_pytest(rt, "patched", roots["edited"], edited, "edited-patched"),
+            run_pytest(rt, "pristine", roots["shipped"], shipped, "shipped-pristine", skip),
+            run_pytest(rt, "patched", roots["shipped"], shipped, "shipped-patched", skip),
+            run_pytest(rt, "patched", roots["edited"], edited, "edited-patched", skip),
         ]
         tails = {
             f"{r.tests}-{r.code}": (roots[r.tests] / f"log-{r.tests}-{r.code}.txt").read_text()[
@@ -255,6 +269,7 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
             for r in runs
         },
         **details,
+        "not_run": NOT_RUN.get(version, {}),
         "env": TEST_ENV,
         "runtime": rt.versions(),
         "log_tails": tails,
