@@ -82,3 +82,12 @@ def test_touched_test_files(make_tree):
     shipped, edited = ut.touched_test_files(tree)
     assert shipped == ["tests/test_sampler.py"]  # vllm/sampler.py -> tests/test_sampler.py
     assert edited == ["tests/test_new.py", "tests/test_sampler.py"]
+
+
+def test_pin_without_cpu_runtime_records_not_run(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path))
+    assert ut.main(["0.16.0"]) == 0
+    record = json.loads((tmp_path / "cpu" / "0.16.0" / "upstream-tests.json").read_text())
+    assert record["outcome"] == "not run" and "no CPU runtime" in record["reason"]

@@ -295,8 +295,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="build tree (default build/<version>)")
     parser.add_argument("--only", nargs="*", help="restrict to these test files")
     args = parser.parse_args(argv)
+    from verify.runtime import RECIPES
+
+    version = require_pinned(args.version)
+    if version not in RECIPES:
+        reason = (
+            f"no CPU runtime for vLLM {version} (verify/runtime.py:RECIPES has "
+            f"{', '.join(RECIPES)}); the GPU tier's upstream-tests step covers GPU pins"
+        )
+        record = results.make("upstream-tests", "series", version, "not run", reason=reason,
+                              command=f"python -m verify.upstream_tests {version}")  # fmt: skip
+        path = results.write(record, "cpu", "upstream-tests")
+        say(f"upstream-tests {version}: not run: {reason} -> {path}")
+        return 0
     try:
-        record = run(require_pinned(args.version), args.tree, args.only)
+        record = run(version, args.tree, args.only)
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
