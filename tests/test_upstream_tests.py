@@ -84,10 +84,11 @@ def test_touched_test_files(make_tree):
     assert edited == ["tests/test_new.py", "tests/test_sampler.py"]
 
 
-def test_pin_without_cpu_runtime_records_not_run(tmp_path, monkeypatch):
-    import json
-
-    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path))
-    assert ut.main(["0.16.0"]) == 0
-    record = json.loads((tmp_path / "cpu" / "0.16.0" / "upstream-tests.json").read_text())
-    assert record["outcome"] == "not run" and "no CPU runtime" in record["reason"]
+def test_interrupted_or_empty_run_is_not_run():
+    """A collection error (pytest rc 2) with one error entry must never read as a pass."""
+    broken = ut.Run("shipped", "pristine", "pytest", 2, {"t.py::": "failed"})
+    ok = _run("edited", "patched", a="passed")
+    outcome, reason, _ = ut.judge(broken, broken, ok, {}, {})
+    assert outcome == "not run" and "rc 2" in reason
+    failing = ut.Run("shipped", "pristine", "pytest", 1, {"t.py::a": "failed"})
+    assert ut.judge(failing, failing, ok, {}, {})[0] == "not run"
