@@ -45,6 +45,15 @@ from verify.versions import require_pinned
 
 #: Per pin: shipped test id -> (subject of the patch that changes that behaviour, why).
 EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
+    "0.18.1": {
+        "tests/models/language/pooling/test_splade_sparse_pooler.py::"
+        "test_splade_pooler_matches_reference_formula[2-3-5-7]": (
+            "[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
+            "SPLADESparsePooler now reads PoolingMetadata.prompt_token_ids_cpu; the shipped "
+            "test's stand-in metadata (a SimpleNamespace) has only prompt_token_ids (the "
+            "series' version adds prompt_token_ids_cpu, as upstream PR #38139 does)",
+        ),
+    },
     "0.22.0": {
         "tests/v1/worker/test_gpu_input_batch.py::test_swap_states_in_input_batch"
         "[swap_list0-32-cpu:0]": (
@@ -191,16 +200,25 @@ class SourceLauncher:
 
     extra = ("--noconftest",)
 
-    def __init__(self, version: str):
+    def __init__(self, version: str, scratch: Path):
         from verify.equivalence.roots import materialize
 
         self.python = sys.executable
         pristine, patched = materialize(version)
         self.roots = {"pristine": pristine, "patched": patched}
+        # vLLM picks its CPU platform when its distribution version says "+cpu" (as the CPU
+        # runtime's dist-info does); found before the root's own vllm.egg-info.
+        self.platform = scratch / "cpu-platform"
+        info = self.platform / f"vllm-{version}+cpu.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+        )
 
     def env(self, code: str) -> dict[str, str]:
         env = dict(os.environ, **TEST_ENV)
-        env["PYTHONPATH"] = str(self.roots[code])
+        env["PYTHONPATH"] = os.pathsep.join([str(self.platform), str(self.roots[code])])
+        env["VLLM_TARGET_DEVICE"] = "cpu"
         return env
 
     def describe(self) -> dict:
@@ -208,7 +226,8 @@ class SourceLauncher:
         code += "platform.python_version())"
         out = subprocess.run([self.python, "-c", code], capture_output=True, text=True)
         torch_v, triton_v, python_v = (out.stdout.split() + ["?"] * 3)[:3]
-        return {"kind": "source roots", "torch": torch_v, "triton": triton_v, "python": python_v}
+        return {"kind": "source roots, vllm-<v>+cpu dist-info (CPU platform)", "torch": torch_v,
+                "triton": triton_v, "python": python_v}  # fmt: skip
 
 
 def run_pytest(
@@ -292,12 +311,12 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
     if files:
         shipped = [f for f in shipped if f in files]
         edited = [f for f in edited if f in files]
-    if version in runtime_mod.RECIPES:
-        launcher = RuntimeLauncher(runtime_mod.get_runtime(version, tree.path, say=say))
-    else:
-        launcher = SourceLauncher(version)
     names = {p.subject: p.name for p in read_series(version)}
     with tempfile.TemporaryDirectory(prefix="upstream-tests-") as tmp:
+        if version in runtime_mod.RECIPES:
+            launcher = RuntimeLauncher(runtime_mod.get_runtime(version, tree.path, say=say))
+        else:
+            launcher = SourceLauncher(version, Path(tmp))
         roots = {"shipped": Path(tmp) / "shipped", "edited": Path(tmp) / "edited"}
         for label, rev in (("shipped", BASELINE_TAG), ("edited", "HEAD")):
             tree.export_tree(rev, roots[label], ["tests", "pyproject.toml"])
