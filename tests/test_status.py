@@ -231,3 +231,21 @@ def test_real_claims_from_release_code():
         change, "0.22.0", patch.obsolete_in, candidates, ReleaseFiles()
     )
     assert search.first == "0.26.0"
+
+
+def test_claims_unchecked_without_index_or_cache(make_tree, workspace):
+    base = make_tree("9.9.0")
+    base.apply()
+    commit_change(base, "vllm/pooling.py", "True", "False", "[Perf] B",
+                  _trailers(Status="merged-in 9.9.1"))  # fmt: skip
+    base.export()
+    make_tree("9.9.1", overrides={"vllm/pooling.py": "TOKENS = 'cpu'\n"}).apply()
+
+    def unreachable(version):
+        raise OSError("index unreachable")
+
+    rows = status.compute(("9.9.0", "9.9.1"), workspace / "build", workspace / "patches",
+                          release_files=ReleaseFiles(fetch=unreachable),
+                          release_list=["9.9.1"])  # fmt: skip
+    assert rows[0].claim is None
+    assert rows[0].cells["9.9.1"].text() == "merged-in 9.9.1 (trailer; code not checked)"

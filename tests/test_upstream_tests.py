@@ -82,3 +82,13 @@ def test_touched_test_files(make_tree):
     shipped, edited = ut.touched_test_files(tree)
     assert shipped == ["tests/test_sampler.py"]  # vllm/sampler.py -> tests/test_sampler.py
     assert edited == ["tests/test_new.py", "tests/test_sampler.py"]
+
+
+def test_interrupted_or_empty_run_is_not_run():
+    """A collection error (pytest rc 2) with one error entry must never read as a pass."""
+    broken = ut.Run("shipped", "pristine", "pytest", 2, {"t.py::": "failed"})
+    ok = _run("edited", "patched", a="passed")
+    outcome, reason, _ = ut.judge(broken, broken, ok, {}, {})
+    assert outcome == "not run" and "rc 2" in reason
+    failing = ut.Run("shipped", "pristine", "pytest", 1, {"t.py::a": "failed"})
+    assert ut.judge(failing, failing, ok, {}, {})[0] == "not run"

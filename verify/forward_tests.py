@@ -57,6 +57,26 @@ _CPU_DEVICE = (
     'DEVICE = "cpu"  # forward-test adapter: no accelerator platform here',
 )
 
+
+def _bounds_spec() -> ForwardSpec:
+    """0.24.0's own regression test of GHSA-8wr5-jm2h-8r4f, for every pin carrying the guard."""
+    return ForwardSpec(
+        seed="001",
+        subject="[Bugfix] Keep recovered token ids inside the vocabulary",
+        release="0.24.0",
+        test_file="tests/v1/sample/test_rejection_sampler.py",
+        select="test_sample_recovered_tokens_vocab_boundary",
+        adapter=(
+            (
+                "DEVICE_TYPE = current_platform.device_type",
+                'DEVICE_TYPE = "cpu"  # forward-test adapter: no accelerator platform here',
+            ),
+        ),
+        adapter_why="the source tree has no CPU or CUDA platform build, so "
+        "current_platform.device_type is empty; the test's tensors go to the CPU",
+    )
+
+
 SPECS: dict[str, list[ForwardSpec]] = {
     "0.16.0": [
         ForwardSpec(
@@ -69,6 +89,7 @@ SPECS: dict[str, list[ForwardSpec]] = {
             adapter_why="the source tree has no CPU or CUDA platform build, so "
             "current_platform.device_type is empty; the test's tensors go to the CPU",
         ),
+        _bounds_spec(),
     ],
     "0.18.1": [
         ForwardSpec(
@@ -93,7 +114,9 @@ SPECS: dict[str, list[ForwardSpec]] = {
                 "backport of PR #38139 does not carry it and 0.18.1 still aliases the buffer",
             },
         ),
+        _bounds_spec(),
     ],
+    "0.22.0": [_bounds_spec()],
 }
 
 

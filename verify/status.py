@@ -33,6 +33,8 @@ import git
 
 from verify import upstream_code
 from verify.buildtree import BASELINE_TAG, BuildTree, _git_env
+from verify.errors import PatchbenchError
+from verify.progress import say
 from verify.series import Patch, read_series, series_hash
 from verify.upstream_code import Change, ReleaseFiles, Search
 from verify.versions import PINNED, version_key
@@ -275,8 +277,11 @@ def compute(
     claims: dict[tuple[str, str], Search] = {}
     if check_code:
         files = release_files or ReleaseFiles()
-        listing = release_list if release_list is not None else upstream_code.releases()
-        claims = _claims(series, trees, files, listing, max(pins, key=version_key))
+        try:
+            listing = release_list if release_list is not None else upstream_code.releases()
+            claims = _claims(series, trees, files, listing, max(pins, key=version_key))
+        except (PatchbenchError, OSError) as exc:  # no index and no cache: say so, go on
+            say(f"warning: merged-in / obsolete claims not checked in code: {exc}")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         in_series: dict[tuple[str, str], Cell] = {}

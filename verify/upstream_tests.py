@@ -14,6 +14,10 @@ and why), else the step fails; an explanation whose failure did not happen fails
 (it is stale). A test failing in 3 but not in 1 fails the step. The record
 (``results/cpu/<v>/upstream-tests.json``) keeps the counts of all three runs side by side.
 
+Pins with a CPU runtime recipe (0.22.0) run against the runtime's wheel and its patched
+overlay; other pins run against the build tree's source roots in the current interpreter (torch
+and triton, as the equivalence sessions have), without vLLM's tests/conftest.py.
+
 Touched areas: for every ``vllm/<dir>/<name>.py`` the series changes, the pin's
 ``tests/<dir>/test_<name>.py`` (or one folder up), plus every pin test file the series edits.
 Triton kernels run through the interpreter (``TRITON_INTERPRET=1``), as in the equivalence tier.
@@ -41,6 +45,15 @@ from verify.versions import require_pinned
 
 #: Per pin: shipped test id -> (subject of the patch that changes that behaviour, why).
 EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
+    "0.18.1": {
+        "tests/models/language/pooling/test_splade_sparse_pooler.py::"
+        "test_splade_pooler_matches_reference_formula[2-3-5-7]": (
+            "[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
+            "SPLADESparsePooler now reads PoolingMetadata.prompt_token_ids_cpu; the shipped "
+            "test's stand-in metadata (a SimpleNamespace) has only prompt_token_ids (the "
+            "series' version adds prompt_token_ids_cpu, as upstream PR #38139 does)",
+        ),
+    },
     "0.22.0": {
         "tests/v1/worker/test_gpu_input_batch.py::test_swap_states_in_input_batch"
         "[swap_list0-32-cpu:0]": (
@@ -59,6 +72,16 @@ EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
         ),
     },
 }
+
+#: Per pin: tests not run here (deselected on every run) and why; the record lists them.
+_MONTE_CARLO = {
+    "tests/v1/sample/test_rejection_sampler.py::"
+    "test_rejection_sampling_approximates_target_distribution": "a Monte-Carlo loop of "
+    "thousands of rejection-sampler calls; under the Triton interpreter on 2 shared cores it "
+    "did not finish in 10 minutes (the GPU tier's upstream-tests step runs it)",
+}
+NOT_RUN: dict[str, dict[str, str]] = {"0.16.0": _MONTE_CARLO, "0.18.1": _MONTE_CARLO,
+                                      "0.22.0": _MONTE_CARLO}  # fmt: skip
 
 #: Added to every pytest run (interpreted Triton; the conftest's tblib comes from the add-on).
 TEST_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -150,22 +173,79 @@ def _pytest_addon(python: str) -> Path:
     return target
 
 
-def run_pytest(runtime, code: str, tests_root: Path, files: list[str], label: str) -> Run:
+class RuntimeLauncher:
+    """Tests against the CPU runtime's wheel (pristine) and its overlay (patched)."""
+
+    extra: tuple[str, ...] = ()
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.python = runtime.python
+
+    def env(self, code: str) -> dict[str, str]:
+        env = self.runtime.env(code)
+        env.update(TEST_ENV)
+        addon = str(_pytest_addon(self.python))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), addon]))
+        return env
+
+    def describe(self) -> dict:
+        return {"kind": "cpu-runtime", **self.runtime.versions()}
+
+
+class SourceLauncher:
+    """Tests against the build tree's source roots in this interpreter (torch + triton), for
+    pins without a CPU runtime; vLLM's tests/conftest.py is not loaded (its test-only imports
+    are not installed here), so tests that need its fixtures error on both sides."""
+
+    extra = ("--noconftest",)
+
+    def __init__(self, version: str, scratch: Path):
+        from verify.equivalence.roots import materialize
+
+        self.python = sys.executable
+        pristine, patched = materialize(version)
+        self.roots = {"pristine": pristine, "patched": patched}
+        # vLLM picks its CPU platform when its distribution version says "+cpu" (as the CPU
+        # runtime's dist-info does); found before the root's own vllm.egg-info.
+        self.platform = scratch / "cpu-platform"
+        info = self.platform / f"vllm-{version}+cpu.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+        )
+
+    def env(self, code: str) -> dict[str, str]:
+        env = dict(os.environ, **TEST_ENV)
+        env["PYTHONPATH"] = os.pathsep.join([str(self.platform), str(self.roots[code])])
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        return env
+
+    def describe(self) -> dict:
+        code = "import torch, triton, platform; print(torch.__version__, triton.__version__, "
+        code += "platform.python_version())"
+        out = subprocess.run([self.python, "-c", code], capture_output=True, text=True)
+        torch_v, triton_v, python_v = (out.stdout.split() + ["?"] * 3)[:3]
+        return {"kind": "source roots, vllm-<v>+cpu dist-info (CPU platform)", "torch": torch_v,
+                "triton": triton_v, "python": python_v}  # fmt: skip
+
+
+def run_pytest(
+    launcher, code: str, tests_root: Path, files: list[str], label: str, skip: list[str]
+) -> Run:
     """pytest over `files` in `tests_root` (a folder holding ``tests/``) on one root."""
     junit = tests_root / f"junit-{label}.xml"
-    cmd = [runtime.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-           "addopts=", f"--junitxml={junit}", *files]  # fmt: skip
-    env = runtime.env(code)
-    env.update(TEST_ENV)
-    addon = str(_pytest_addon(runtime.python))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), addon]))
+    deselect = [f"--deselect={test}" for test in skip]
+    cmd = [launcher.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           "--continue-on-collection-errors", *launcher.extra, f"--junitxml={junit}",
+           *deselect, *files]  # fmt: skip
     say(f"upstream-tests {label}: pytest {len(files)} file(s) on the {code} code")
     with open(tests_root / f"log-{label}.txt", "w") as log:
-        proc = subprocess.run(cmd, cwd=tests_root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=RUN_TIMEOUT_S)  # fmt: skip
+        proc = subprocess.run(cmd, cwd=tests_root, env=launcher.env(code), stdout=log,
+                              stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)  # fmt: skip
     tests, _ = label.split("-", 1)
     outcomes = parse_junit(junit, files) if junit.exists() else {}
-    shown = shlex.join(["python", "-m", "pytest", *files])
+    shown = shlex.join(["python", "-m", "pytest", *launcher.extra, *deselect, *files])
     run = Run(tests, code, shown, proc.returncode, outcomes)
     say(f"upstream-tests {label}: rc {proc.returncode} {run.counts()}")
     return run
@@ -181,8 +261,10 @@ def judge(
 ) -> tuple[str, str, dict]:
     """(outcome, reason, details): patched-only failures of the shipped tests must each be
     explained, every explanation must still happen, the edited tests must not fail anew."""
-    if not shipped_pristine.outcomes or not shipped_patched.outcomes:
-        return "not run", "pytest collected nothing (see the logs)", {}
+    for run_ in (shipped_pristine, shipped_patched, edited_patched):
+        if run_.returncode not in (0, 1) or not any(o == "passed" for o in run_.outcomes.values()):
+            why = f"pytest rc {run_.returncode}, no test passed in {run_.tests}/{run_.code}"
+            return "not run", f"{why} (collection errors? see the log tails)", {}
     passed_before = {t for t, o in shipped_pristine.outcomes.items() if o == "passed"}
     patched_only = sorted(shipped_patched.failed() & passed_before)
     listed, unexplained = [], []
@@ -229,16 +311,20 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
     if files:
         shipped = [f for f in shipped if f in files]
         edited = [f for f in edited if f in files]
-    rt = runtime_mod.get_runtime(version, tree.path, say=say)
     names = {p.subject: p.name for p in read_series(version)}
     with tempfile.TemporaryDirectory(prefix="upstream-tests-") as tmp:
+        if version in runtime_mod.RECIPES:
+            launcher = RuntimeLauncher(runtime_mod.get_runtime(version, tree.path, say=say))
+        else:
+            launcher = SourceLauncher(version, Path(tmp))
         roots = {"shipped": Path(tmp) / "shipped", "edited": Path(tmp) / "edited"}
         for label, rev in (("shipped", BASELINE_TAG), ("edited", "HEAD")):
             tree.export_tree(rev, roots[label], ["tests", "pyproject.toml"])
+        skip = sorted(NOT_RUN.get(version, {}))
         runs = [
-            run_pytest(rt, "pristine", roots["shipped"], shipped, "shipped-pristine"),
-            run_pytest(rt, "patched", roots["shipped"], shipped, "shipped-patched"),
-            run_pytest(rt, "patched", roots["edited"], edited, "edited-patched"),
+            run_pytest(launcher, "pristine", roots["shipped"], shipped, "shipped-pristine", skip),
+            run_pytest(launcher, "patched", roots["shipped"], shipped, "shipped-patched", skip),
+            run_pytest(launcher, "patched", roots["edited"], edited, "edited-patched", skip),
         ]
         tails = {
             f"{r.tests}-{r.code}": (roots[r.tests] / f"log-{r.tests}-{r.code}.txt").read_text()[
@@ -255,8 +341,9 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
             for r in runs
         },
         **details,
+        "not_run": NOT_RUN.get(version, {}),
         "env": TEST_ENV,
-        "runtime": rt.versions(),
+        "runtime": launcher.describe(),
         "log_tails": tails,
     }
     table = _table(runs)
@@ -280,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="build tree (default build/<version>)")
     parser.add_argument("--only", nargs="*", help="restrict to these test files")
     args = parser.parse_args(argv)
+    version = require_pinned(args.version)
     try:
-        record = run(require_pinned(args.version), args.tree, args.only)
+        record = run(version, args.tree, args.only)
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
