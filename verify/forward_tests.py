@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         except PatchbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        name = f"forward-{spec.release}-{record['numbers']['patch'][:4]}"
+        name = record["step"]  # one record per step and pin, as the importer writes it
         path = results.write(record, "cpu", name)
         print(record["tables"][0])
         say(f"{name}: {record['outcome']} {record['numbers']['counts']} -> {path}")

@@ -189,7 +189,8 @@ def _run_identity(run: dict) -> dict:
 
 
 def penalties(version: str, step: str = "penalties-v1") -> dict | None:
-    """Record of a V1 plain-vs-penalties step (penalties-v1: L=4096, penalties-v1-long)."""
+    """Record of a V1 plain-vs-penalties step (penalties-v1: B=64, L=4096; -long: B=32,
+    L=8160; -b128: B=128, L=2048)."""
     src = _load(version, step)
     if not src or "summary" not in src:
         return None
@@ -273,6 +274,10 @@ def penalties(version: str, step: str = "penalties-v1") -> dict | None:
         )
         for c in ("plain", "penalties")
     ]
+    cost_ratio = stats.paired_ratio(
+        [r["patched_plain"] for r in rounds], [r["patched_penalties"] for r in rounds]
+    )
+    numbers["patched_penalties_over_plain"] = cost_ratio.as_dict()
     ratio = stats.ratio_of_ratios(numbers["penalties_patched_over_pristine_per_round"])
     numbers["penalties_tok_per_s_patched_over_pristine"] = ratio.as_dict()
     parts.append(performance.judge(ratio, 0.02, lower_is_better=False, what="penalties tok/s"))
@@ -873,6 +878,7 @@ def records(version: str) -> list[dict]:
     made = [
         penalties(version),
         penalties(version, "penalties-v1-long"),
+        penalties(version, "penalties-v1-b128"),
         attribution(version),
         mrv2(version),
         embeddings(version),
