@@ -270,7 +270,7 @@ class Runner:
         n = ib.num_reqs
         sampled = torch.tensor([[rng.randrange(VOCAB)] for _ in range(n)], dtype=torch.int32)
         discard = torch.zeros(MAX_NUM_REQS, dtype=torch.bool)
-        discard[:n] = torch.rand(n) < 0.1  # partial prefills
+        discard[:n] = torch.tensor([rng.random() < 0.1 for _ in range(n)])  # partial prefills
         ib.penalty_state.record_sampled(sampled, discard, n)
         for i, req_id in enumerate(ib.req_ids):
             req = self.running[req_id]
