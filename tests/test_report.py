@@ -172,14 +172,21 @@ def test_matrix_is_per_patch(built):
     assert "Legend:" in matrix
 
 
-def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace):
+def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace, bad_input):
+    """Issue 19 row 3: reports no longer join by a `test_NNN_` file in `Verify:` (TRAILERS
+    names none); a patch the registry does not know is a named error that rewrites nothing."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Unknown", TRAILERS)
     tree.export()
     (workspace / "patches" / "registry").mkdir()
-    with pytest.raises(PatchbenchError, match="no registry entry"):
+    earlier = workspace / "reports" / "9.9.0" / "0001-Perf-Unknown.md"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("an earlier report\n")
+    with pytest.raises(PatchbenchError, match="no registry entry") as error:
         report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+    bad_input("`report` of a patch with no registry entry", str(error.value))
+    assert earlier.read_text() == "an earlier report\n"  # the error rewrote nothing
 
 
 @pytest.mark.parametrize(

@@ -397,12 +397,12 @@ def build(
 ) -> Path:
     """Write every patch's report, its appendix and the per-patch matrix; returns the index."""
     out = (out_root or paths.reports_root()) / version
+    evidence = evidence_for(version, patches_root, results_root)  # raises before any write
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.md"):
         stale.unlink()
     for stale in out.glob("*.png"):
         stale.unlink()
-    evidence = evidence_for(version, patches_root, results_root)
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
         "",
