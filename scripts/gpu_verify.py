@@ -963,46 +963,36 @@ def overlay_patch_hashes(overlay: Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-STEPS: dict[str, dict] = {
-    # step 2 (+5 for the patched side): V1 runner, plain vs penalties at long generations
-    "penalties-v1": {
+
+
+def _penalties_step(batch: int, output_len: int, max_model_len: int) -> dict:
+    """A V1 plain-vs-penalties step: `batch` requests of `output_len` tokens, pristine vs
+    patched engines side by side (0.45 of the GPU each)."""
+    engine = {"max_model_len": max_model_len, "gpu_memory_utilization": 0.45}
+    shape = {"batch": batch, "output_len": output_len}
+    return {
         "seed": "003",
         "env": V1,
         "variants": ["pristine", "patched"],
         "repeats": 1,
-        "engine": {"max_model_len": 4096 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 64},
+        "engine": {**engine, "max_num_seqs": batch},
         "configs": {
-            "plain": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95}},
-            "penalties": {"batch": 64, "output_len": 4096, "params": {"top_p": 0.95, **PENALTIES}},
+            "plain": {**shape, "params": {"top_p": 0.95}},
+            "penalties": {**shape, "params": {"top_p": 0.95, **PENALTIES}},
         },
-    },
+    }
+
+
+STEPS: dict[str, dict] = {
+    # step 2 (+5 for the patched side): V1 runner, plain vs penalties at long generations
+    "penalties-v1": _penalties_step(64, 4096, 4096 + 48),
     # step 2 "and beyond": 32 prompt + 8160 output tokens fill the model's 8192 positions.
     # B=32 so that both engines' KV caches (0.45 of the GPU each, about 280k tokens of the
     # 0.6B shape) hold every sequence without preemption.
-    "penalties-v1-long": {
-        "seed": "003",
-        "env": V1,
-        "variants": ["pristine", "patched"],
-        "repeats": 1,
-        "engine": {"max_model_len": 8192, "gpu_memory_utilization": 0.45, "max_num_seqs": 32},
-        "configs": {
-            "plain": {"batch": 32, "output_len": 8160, "params": {"top_p": 0.95}},
-            "penalties": {"batch": 32, "output_len": 8160, "params": {"top_p": 0.95, **PENALTIES}},
-        },
-    },
+    "penalties-v1-long": _penalties_step(32, 8160, 8192),
     # issue 22: a larger batch (the cost grew with B): 128 x (32 + 2048) tokens fit both
-    # engines' KV caches (0.45 of the GPU each, about 280k tokens of the 0.6B shape).
-    "penalties-v1-b128": {
-        "seed": "003",
-        "env": V1,
-        "variants": ["pristine", "patched"],
-        "repeats": 1,
-        "engine": {"max_model_len": 2048 + 48, "gpu_memory_utilization": 0.45, "max_num_seqs": 128},
-        "configs": {
-            "plain": {"batch": 128, "output_len": 2048, "params": {"top_p": 0.95}},
-            "penalties": {"batch": 128, "output_len": 2048, "params": {"top_p": 0.95, **PENALTIES}},
-        },
-    },
+    # engines' KV caches.
+    "penalties-v1-b128": _penalties_step(128, 2048, 2048 + 48),
     # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
     "attribution": {
         "seed": "004",

@@ -58,16 +58,6 @@ def require_port_free(port: int, host: str = "127.0.0.1") -> None:
             ) from None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Server:
     """One server process (its own process group, so stopping it leaves no child behind)."""
 
