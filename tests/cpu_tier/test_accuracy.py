@@ -96,25 +96,31 @@ def gsm8k_ctx(tmp_path, monkeypatch):
 SERVERS = {"pristine": SimpleNamespace(url="http://p"), "patched": SimpleNamespace(url="http://q")}
 
 
-@pytest.mark.parametrize("stable", [True, False], ids=["stable-pristine", "unstable-pristine"])
-def test_gsm8k_difference_runs_a_pristine_control(gsm8k_ctx, tmp_path, monkeypatch, stable):
-    pristine = ["a", "b", "c"]
-    answers = {
-        "http://p": [pristine, pristine if stable else ["a", "x", "c"]],
-        "http://q": [["a", "b", "z"]],
-    }
+@pytest.mark.parametrize(
+    ("control", "patched", "outcome", "differing", "control_differing"),
+    [
+        (["a", "b", "c"], ["a", "b", "c"], "pass", [], []),
+        (["a", "b", "c"], ["a", "b", "z"], "fail", [2], []),
+        (["a", "x", "c"], ["a", "b", "z"], "inconclusive", [2], [1]),
+        (["a", "x", "c"], ["a", "b", "c"], "inconclusive", [], [1]),
+    ],
+    ids=["identical", "patch-differs", "control-and-patch-differ", "control-differs"],
+)
+def test_gsm8k_runs_the_pristine_control_before_the_ab(
+    gsm8k_ctx, tmp_path, monkeypatch, control, patched, outcome, differing, control_differing
+):
+    answers = {"http://p": [["a", "b", "c"], control], "http://q": [patched]}
     run, calls = _fake_lm_eval(answers)
     monkeypatch.setattr(accuracy.subprocess, "run", run)
-    assert accuracy.gsm8k(gsm8k_ctx, limit=3, servers=SERVERS) is False
-    assert calls == ["http://p", "http://q", "http://p"]  # the control reran pristine
+    assert accuracy.gsm8k(gsm8k_ctx, limit=3, servers=SERVERS) is (outcome == "pass")
+    assert calls == ["http://p", "http://p", "http://q"]  # pristine twice, then patched
     rec = json.loads((tmp_path / "results/cpu/0.22.0/e2e-gsm8k.json").read_text())
-    assert rec["numbers"]["differing_doc_ids"] == [2]
-    assert rec["numbers"]["pristine_rerun_differing_doc_ids"] == ([] if stable else [1])
-    assert ("pristine also differs from itself" in rec["reason"]) is not stable
+    assert rec["outcome"] == outcome
+    assert rec["numbers"]["differing_doc_ids"] == differing
+    assert rec["numbers"]["control_differing_doc_ids"] == control_differing
+    assert rec["numbers"]["num_concurrent"] == 1
 
 
-def test_gsm8k_identical_needs_no_control(gsm8k_ctx, monkeypatch):
-    run, calls = _fake_lm_eval({"http://p": [["a", "b"]], "http://q": [["a", "b"]]})
-    monkeypatch.setattr(accuracy.subprocess, "run", run)
-    assert accuracy.gsm8k(gsm8k_ctx, limit=2, servers=SERVERS) is True
-    assert calls == ["http://p", "http://q"]
+def test_gsm8k_requests_go_one_at_a_time(gsm8k_ctx, tmp_path):
+    cmd = accuracy.lm_eval_cmd(gsm8k_ctx, "http://x", tmp_path, tmp_path / "o", 3)
+    assert "num_concurrent=1," in cmd[cmd.index("--model_args") + 1]

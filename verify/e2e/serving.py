@@ -173,6 +173,10 @@ def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
         "--seed",
         "0",
         "--enforce-eager",
+        # Identity steps on these servers compare runs made one after the other: with prefix
+        # caching a later run reuses an earlier run's blocks and prefills only the tail, a
+        # different computation. The A/B prompts share no prefixes, so throughput is unaffected.
+        "--no-enable-prefix-caching",
         "--disable-log-stats",
         "--uvicorn-log-level",
         "warning",
