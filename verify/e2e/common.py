@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verify.ab.servers import log_tail  # noqa: F401  (re-exported for the e2e steps)
 from verify.errors import PatchbenchError
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -22,14 +23,6 @@ ROOTS = ("pristine", "patched")
 
 def say(msg: str) -> None:
     print(f"[e2e] {msg}", flush=True)
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(text[-lines:])
 
 
 def check_model_path(model: str | Path) -> Path:

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import socket
 import statistics
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from verify import stats
+from verify.ab import rounds as ab_rounds
+from verify.ab.servers import Server, ServerError, free_port, require_port_free  # noqa: F401
 from verify.e2e.common import Context, log_tail, say, workdir, write_result
 from verify.errors import PatchbenchError
 from verify.verdicts import serve_bench as serve_bench_rule
@@ -35,127 +32,6 @@ METRICS = [
     "median_itl_ms",
     "p99_itl_ms",
 ]
-
-
-class ServerError(PatchbenchError):
-    """The server could not be started or never became healthy."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def require_port_free(port: int, host: str = "127.0.0.1") -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise ServerError(
-                f"port {port} on {host} is already in use ({exc.strerror}); pick another port or "
-                "leave --port out to use a free one"
-            ) from None
-
-
-class Server:
-    """One server process (its own process group, so stopping it leaves no child behind)."""
-
-    def __init__(
-        self,
-        cmd: list[str],
-        env: dict,
-        port: int,
-        log: Path,
-        label: str = "server",
-        health_timeout: float = 600,
-        host: str = "127.0.0.1",
-    ):
-        self.cmd, self.env, self.port, self.log = cmd, env, port, Path(log)
-        self.label, self.health_timeout, self.host = label, health_timeout, host
-        self.proc: subprocess.Popen | None = None
-        self.startup_s: float | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> Server:
-        require_port_free(self.port, self.host)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.log, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,
-        )
-        say(f"{self.label}: started pid {self.proc.pid} on {self.url} (log {self.log})")
-        return self
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-
-    def wait_healthy(self) -> float:
-        started = time.monotonic()
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                tail = log_tail(self.log)
-                self.stop()
-                raise ServerError(
-                    f"{self.label} exited with code {code} before it was "
-                    f"healthy; log tail ({self.log}):\n{tail}"
-                )
-            if self.healthy():
-                self.startup_s = time.monotonic() - started
-                say(f"{self.label}: healthy after {self.startup_s:.0f}s")
-                return self.startup_s
-            if time.monotonic() - started > self.health_timeout:
-                pid = self.proc.pid
-                self.stop()
-                raise ServerError(
-                    f"{self.label} (pid {pid}) was not healthy at {self.url}/health "
-                    f"within {self.health_timeout:.0f}s; it was killed. Log tail ({self.log}):\n"
-                    f"{log_tail(self.log)}"
-                )
-            time.sleep(1.0)
-
-    def stop(self, grace: float = 20) -> None:
-        if self.proc is None:
-            return
-        pid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, sig)
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            # the leader is gone; make sure no member of its group is left
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            break
-        with contextlib.suppress(Exception):
-            self._fh.close()
-        self.proc = None
-
-    def __enter__(self) -> Server:
-        self.start()
-        try:
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
@@ -290,7 +166,6 @@ def run_bench(
     input_len: int,
     output_len: int,
 ) -> dict:
-    runs: dict[str, list[dict]] = {"pristine": [], "patched": []}
     for root in ("pristine", "patched"):  # warm-up, not counted: first requests are slow
         cmd = bench_cmd(ctx, servers[root], work, f"warmup-{root}.json", 8, input_len, 16, 99)
         with open(work / f"warmup-{root}.log", "w") as fh:
@@ -301,28 +176,30 @@ def run_bench(
                 env=ctx.runtime.env("pristine"),
                 timeout=1200,
             )
-    for rep in range(repeats):
-        order = ("pristine", "patched") if rep % 2 == 0 else ("patched", "pristine")
-        for root in order:
-            name = f"bench-{root}-{rep}.json"
-            cmd = bench_cmd(
-                ctx, servers[root], work, name, num_prompts, input_len, output_len, seed=rep
+
+    def measure(root: str, rep: int) -> dict:
+        name = f"bench-{root}-{rep}.json"
+        cmd = bench_cmd(ctx, servers[root], work, name, num_prompts, input_len, output_len, rep)
+        log = work / f"bench-{root}-{rep}.log"
+        with open(log, "w") as fh:
+            proc = subprocess.run(
+                cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=ctx.runtime.env("pristine"),
+                timeout=1200,
             )
-            log = work / f"bench-{root}-{rep}.log"
-            with open(log, "w") as fh:
-                proc = subprocess.run(
-                    cmd,
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    env=ctx.runtime.env("pristine"),
-                    timeout=1200,
-                )
-            if proc.returncode:
-                raise PatchbenchError(
-                    f"vllm bench serve failed ({root}, repeat {rep}); log tail:\n{log_tail(log)}"
-                )
-            runs[root].append(parse_bench(work / name))
-            say(f"bench {root} #{rep}: {runs[root][-1]['output_throughput']:.1f} output tok/s")
+        if proc.returncode:
+            raise PatchbenchError(
+                f"vllm bench serve failed ({root}, repeat {rep}); log tail:\n{log_tail(log)}"
+            )
+        result = parse_bench(work / name)
+        say(f"bench {root} #{rep}: {result['output_throughput']:.1f} output tok/s")
+        return result
+
+    # The A/B core's round loop: paired rounds, order alternating (A B, B A, ...).
+    done = ab_rounds.run_rounds(measure, ["pristine", "patched"], repeats, warmup=0)
+    runs = {root: [r.values[root] for r in done] for root in ("pristine", "patched")}
     summary = {}
     for m in METRICS:
         a = [r[m] for r in runs["pristine"]]

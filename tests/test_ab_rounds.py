@@ -1,0 +1,92 @@
+"""The A/B core's round loop: rotating orders, warm-up discarded, time budget, and a planted
+effect resolved with the right sign and size while an A/A comparison is not."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from verify.ab import rounds
+from verify.ab.__main__ import PLANT_SITE, parse_variant, planted_prediction
+
+
+def test_two_variants_alternate_and_each_leads_equally():
+    orders = rounds.round_orders(["a", "b"], 4)
+    assert orders == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+
+
+def test_three_variants_take_every_position_equally():
+    orders = rounds.round_orders(["a", "b", "c"], 6)
+    for pos in range(3):
+        assert sorted(o[pos] for o in orders) == ["a", "a", "b", "b", "c", "c"]
+
+
+def _noisy_machine(effects: dict[str, float], noise: float, seed: int = 0):
+    """A measure: throughput 1000 x a per-round machine drift x per-variant effect x noise."""
+    rng = random.Random(seed)
+    drift: dict[int, float] = {}
+
+    def measure(variant: str, index: int) -> dict[str, float]:
+        drift.setdefault(index, rng.uniform(0.8, 1.2))  # shared by the round's variants
+        value = 1000 * drift[index] * effects.get(variant, 1.0) * rng.gauss(1, noise)
+        return {"output_throughput": value}
+
+    return measure
+
+
+def test_planted_effect_is_resolved_with_its_sign_and_size_and_aa_is_not():
+    measure = _noisy_machine({"planted": 0.97}, noise=0.004)
+    done = rounds.run_rounds(measure, ["pristine", "pristine2", "planted"], 30, warmup=2)
+    assert sum(r.warmup for r in done) == 2 and len(done) == 32
+    kw = {"threshold": 0.01, "higher_is_better": True}
+    aa = rounds.compare(done, "pristine", "pristine2", "output_throughput", **kw)
+    planted = rounds.compare(done, "pristine", "planted", "output_throughput", **kw)
+    assert aa["outcome"] == "no difference resolved"
+    assert aa["low"] < 1 < aa["high"] and aa["high"] / aa["low"] < 1.01
+    assert planted["outcome"] == "slower"
+    assert planted["low"] < 0.97 < planted["high"]
+
+
+def test_warmup_rounds_are_not_counted():
+    def measure(variant, index):  # the first round is 10x slower for one variant only
+        slow = 10.0 if index == 0 and variant == "b" else 1.0
+        return {"output_throughput": 100 / slow}
+
+    done = rounds.run_rounds(measure, ["a", "b"], 3, warmup=1)
+    assert rounds.paired(done, "a", "b", "output_throughput").ratio == pytest.approx(1.0)
+
+
+def test_budget_stops_before_a_round_that_would_not_fit():
+    now = [0.0]
+
+    def measure(variant, index):
+        now[0] += 10.0  # every measurement takes 10 s: a round of two takes 20 s
+        return {"output_throughput": 1.0}
+
+    done = rounds.run_rounds(measure, ["a", "b"], 50, warmup=0, budget_s=65, clock=lambda: now[0])
+    assert len(done) == 3  # 60 s spent; a fourth round would end at 80 s
+
+
+def test_unpaired_or_single_variant_is_an_error():
+    with pytest.raises(ValueError, match="two distinct variants"):
+        rounds.run_rounds(lambda v, i: {}, ["a", "a"], 2)
+
+
+def test_variant_spec_parsing():
+    assert parse_variant("pristine=", "/site") == ("pristine", ["/site"], {})
+    name, paths, env = parse_variant("planted=plant,PATCHBENCH_PLANT_DELAY_MS=1", "/site")
+    assert (name, paths, env) == (
+        "planted",
+        [str(PLANT_SITE), "/site"],
+        {"PATCHBENCH_PLANT_DELAY_MS": "1"},
+    )
+    assert parse_variant("patched=/p", "/site") == ("patched", ["/p", "/site"], {})
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        parse_variant("x=/p,oops", "/site")
+
+
+def test_planted_prediction_is_the_all_on_critical_path_bound():
+    rnd = rounds.Round(0, ("a", "p"))
+    rnd.values = {"a": {"duration": 4.0}, "p": {"planted_steps": 500, "planted_slept_s": 0.5}}
+    assert planted_prediction(rnd, "a", "p") == pytest.approx(4.0 / 4.5)

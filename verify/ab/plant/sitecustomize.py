@@ -1,0 +1,72 @@
+"""A planted effect for proving the A/B core's resolution: with PATCHBENCH_PLANT_DELAY_MS set,
+every call of vLLM's `Scheduler.schedule` (once per engine step) sleeps that long first, and,
+with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to that file, so
+the size the delay could have (all of it on the critical path) can be computed per round.
+
+Put this folder first on PYTHONPATH of the planted variant only; every process started with it
+(API server, engine core) installs the hook."""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import time
+
+_TARGET = "vllm.v1.core.sched.scheduler"
+_DELAY_S = float(os.environ.get("PATCHBENCH_PLANT_DELAY_MS", "0")) / 1000
+_COUNT_FILE = os.environ.get("PATCHBENCH_PLANT_COUNT")
+
+
+def _planted(schedule):
+    calls, slept = [0], [0.0]
+
+    def wrapper(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        time.sleep(_DELAY_S)
+        slept[0] += time.perf_counter() - t0
+        calls[0] += 1
+        if _COUNT_FILE and calls[0] % 8 == 0:
+            with open(_COUNT_FILE, "w") as fh:
+                fh.write(f"{calls[0]} {slept[0]:.6f}")
+        return schedule(self, *args, **kwargs)
+
+    return wrapper
+
+
+class _PlantHook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            module.Scheduler.schedule = _planted(module.Scheduler.schedule)
+            module.PATCHBENCH_PLANTED_DELAY_S = _DELAY_S
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _DELAY_S > 0:
+    sys.meta_path.insert(0, _PlantHook())
+
+
+def _chain_next_sitecustomize() -> None:
+    """Run the sitecustomize this one shadows (e.g. the CPU tier's shim), if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == here:
+            continue
+        candidate = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            with open(candidate) as fh:
+                code = compile(fh.read(), candidate, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
+            return
+
+
+_chain_next_sitecustomize()

@@ -1,0 +1,110 @@
+"""The round loop of the A/B core: every variant is measured once per round, in an order that
+rotates from round to round (for two variants: A B, B A, A B, ...), warm-up rounds are
+discarded, and each comparison is a paired ratio of the rounds' values through `verify.stats`.
+
+The loop knows nothing about what a measurement is: `measure(variant, round_index)` returns a
+dict of metrics (a `vllm bench serve` run against one server, an engine's timed batch, ...).
+A time budget ends the loop after the last whole round that fits, so a 9-minute device call
+keeps every round it finished."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from verify import stats
+
+Measure = Callable[[str, int], dict[str, float]]
+
+
+@dataclass
+class Round:
+    index: int
+    order: tuple[str, ...]
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    warmup: bool = False
+
+
+def round_orders(variants: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
+    """One order per round: every permutation of the variants in turn (for two variants A B,
+    B A, ...), so each variant runs equally often in every position."""
+    perms = list(itertools.permutations(variants))
+    if len(variants) > 2:  # a cyclic Latin square first, then its mirror: fewer than n! rounds
+        n = len(variants)
+        forward = [tuple(variants[(i + k) % n] for k in range(n)) for i in range(n)]
+        perms = forward + [tuple(reversed(p)) for p in forward]
+    return [perms[i % len(perms)] for i in range(rounds)]
+
+
+def run_rounds(
+    measure: Measure,
+    variants: Sequence[str],
+    rounds: int,
+    *,
+    warmup: int = 1,
+    budget_s: float | None = None,
+    on_round: Callable[[Round], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Round]:
+    """`warmup` + `rounds` rounds (fewer when `budget_s` runs out: the loop stops before a round
+    that would not fit, judged by the slowest round so far)."""
+    if len(set(variants)) != len(variants) or len(variants) < 2:
+        raise ValueError(f"need at least two distinct variants, got {list(variants)}")
+    started, slowest, done = clock(), 0.0, []
+    for i, order in enumerate(round_orders(variants, warmup + rounds)):
+        if budget_s is not None and done and clock() - started + slowest > budget_s:
+            break
+        t0 = clock()
+        rnd = Round(i, order, warmup=i < warmup)
+        for variant in order:
+            rnd.values[variant] = measure(variant, i)
+        slowest = max(slowest, clock() - t0)
+        done.append(rnd)
+        if on_round:
+            on_round(rnd)
+    return done
+
+
+def paired(rounds: Sequence[Round], baseline: str, variant: str, metric: str) -> stats.Ratio:
+    """variant/baseline of `metric` over the counted (non-warm-up) rounds."""
+    counted = [r for r in rounds if not r.warmup]
+    if not counted:
+        raise ValueError("no counted rounds (all were warm-up, or none ran)")
+    return stats.paired_ratio(
+        [r.values[baseline][metric] for r in counted], [r.values[variant][metric] for r in counted]
+    )
+
+
+def compare(
+    rounds: Sequence[Round],
+    baseline: str,
+    variant: str,
+    metric: str,
+    *,
+    threshold: float,
+    higher_is_better: bool,
+) -> dict:
+    """The ratio with its interval and MDE, and `faster` / `slower` / `no difference resolved`
+    against the noise threshold."""
+    ratio = paired(rounds, baseline, variant, metric)
+    outcome = stats.classify(ratio, threshold, lower_is_better=not higher_is_better)
+    return {
+        "baseline": baseline,
+        "variant": variant,
+        "metric": metric,
+        **ratio.as_dict(),
+        "threshold": threshold,
+        "outcome": outcome,
+        "text": f"{variant}/{baseline} {metric} {ratio.text()}"
+        + (f", MDE {ratio.mde:.1%}" if ratio.mde is not None else ""),
+    }
+
+
+def as_records(rounds: Sequence[Round]) -> list[dict]:
+    """Rounds as plain dicts (the raw part of a record)."""
+    return [
+        {"index": r.index, "order": list(r.order), "warmup": r.warmup, "values": r.values}
+        for r in rounds
+    ]
