@@ -292,3 +292,17 @@ def test_embeddings_run_the_pristine_control_before_the_ab(identity_ctx, tmp_pat
     assert rec["outcome"] == "fail"
     assert rec["numbers"]["differing_vectors"] == [1]
     assert rec["numbers"]["control_differing_vectors"] == []
+
+
+def test_worker_records_the_top_k_candidates_best_first():
+    from verify.e2e import worker
+
+    def lp(logprob, rank):
+        return SimpleNamespace(logprob=logprob, rank=rank)
+
+    # vLLM adds the sampled token (here 9, rank 7) to the top-k: it is not a top-k candidate.
+    position = {9: lp(-4.0, 7), 2: lp(-1.0, 2), 5: lp(-0.1, 1)}
+    position |= {t: lp(-2.0 - r, r) for t, r in ((11, 3), (12, 4), (13, 5), (14, 6))}
+    top = worker._top(position)
+    assert [tid for tid, _ in top] == [5, 2, 11, 12, 13]
+    assert top[0][1] == -0.1
