@@ -81,18 +81,20 @@ def generation_divergence(a: dict, b: dict, labels: tuple[str, str]) -> dict:
     }
 
 
+def _where(diff: dict) -> str:
+    """One differing request in words: from which token, and whether its logprobs are close."""
+    if "first_position" not in diff:
+        return f"{diff['request']} ({diff['what']})"
+    close = diff["logprobs_close"]
+    text = f"{diff['request']} from token {diff['first_position']}"
+    return text if close is None else f"{text} (logprobs close: {close})"
+
+
 def _describe_generations(div: dict, label: str) -> str:
-    parts = [
-        f"{d['request']} from token {d['first_position']}"
-        + ("" if d["logprobs_close"] is None else f" (logprobs close: {d['logprobs_close']})")
-        if "first_position" in d
-        else f"{d['request']} ({d['what']})"
-        for d in div["differing"]
-    ]
+    parts = [_where(d) for d in div["differing"]]
     shown = ", ".join(parts[:6]) + (f", ... {len(parts) - 6} more" if len(parts) > 6 else "")
-    return f"{label}: {div['identical_requests']} of {div['requests']} requests identical" + (
-        f"; differing: {shown}" if parts else ""
-    )
+    text = f"{label}: {div['identical_requests']} of {div['requests']} requests identical"
+    return f"{text}; differing: {shown}" if parts else text
 
 
 def _with_prefix(prefix: str, numbers: dict) -> dict:
