@@ -178,7 +178,10 @@ def token_identity(ctx: Context, *, max_tokens: int = 256, prompts: int = 4) -> 
     }
     reqs = out["pristine"]["requests"]
     verdict = token_identity_verdict({name: d["requests"] for name, d in out.items()})
+    glance = ("requests", "identical_requests", "control_identical_requests")
+    glance += ("token_divergent_requests", "logprobs_close_requests")
     numbers = {
+        **{k: verdict.numbers[k] for k in glance},  # the report shows the first scalars
         "request_kinds": sorted({name.rsplit("-", 1)[0] for name in reqs}),
         "max_tokens": max_tokens,
         "top_logprobs": TOP_LOGPROBS,
@@ -212,9 +215,11 @@ def embeddings(ctx: Context, model) -> bool:
     }
     vectors = out["pristine"]["vectors"]
     verdict = embeddings_verdict({name: d["vectors"] for name, d in out.items()})
+    glance = ("max_abs_diff", "control_max_abs_diff", "cosine_min", "control_cosine_min")
     numbers = {
         "n_texts": len(vectors),
         "dim": len(vectors[0]) if vectors else 0,
+        **{k: verdict.numbers[k] for k in glance},  # the report shows the first scalars
         **verdict.numbers,
         "first_norms": [round(math.sqrt(sum(v * v for v in x)), 6) for x in vectors[:3]],
         "embed_model": str(model),
