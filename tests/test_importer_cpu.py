@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from verify import importer, results
 from verify.importer import cpu
 
@@ -37,6 +39,26 @@ def test_not_run_markers_are_dropped_and_identity_needs_a_control() -> None:
     same = cpu.rejudge(_old("e2e-token-identity", {"differing": []}))
     assert same["outcome"] == "pass"
     assert importer.missing_data(same) == ["pristine-vs-pristine control"]
+
+
+@pytest.mark.parametrize(
+    ("numbers", "outcome"),
+    [
+        ({"differing": ["greedy-0"], "control_differing": []}, "fail"),
+        ({"differing": ["greedy-0"], "control_differing": ["seeded-1"]}, "inconclusive"),
+        ({"differing": [], "control_differing": []}, "pass"),
+        ({"differing": ["greedy-0"], "pristine_rerun_differing": []}, "fail"),
+        ({"differing_vectors": [3], "control_differing_vectors": []}, "fail"),
+    ],
+    ids=["control-agrees", "control-differs", "identical", "older-rerun", "embeddings"],
+)
+def test_identity_records_are_rejudged_with_their_control(numbers, outcome) -> None:
+    step = "e2e-embeddings" if "differing_vectors" in numbers else "e2e-token-identity"
+    record = cpu.rejudge(_old(step, numbers, outcome) | {"reason": "how far they diverged"})
+    assert record["outcome"] == outcome
+    assert importer.missing_data(record) == []
+    if outcome != "pass":
+        assert record["reason"] == "how far they diverged"  # the step's own account is kept
 
 
 def test_missing_provenance_is_named_not_invented() -> None:

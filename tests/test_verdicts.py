@@ -43,6 +43,33 @@ def test_identity_without_control() -> None:
     assert identity.judge(identical=True, control_identical=True).outcome == PASS
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "position"),
+    [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1), ([1, 2], [1, 2, 3], 2)],
+    ids=["equal", "differs", "prefix"],
+)
+def test_first_difference(a, b, position) -> None:
+    assert identity.first_difference(a, b) == position
+
+
+def test_share_identical() -> None:
+    assert identity.share_identical(3, 4) == 0.75
+    assert identity.share_identical(0, 0) is None
+
+
+@pytest.mark.parametrize(
+    ("top_b", "close"),
+    [([[9, 2], [4]], True), ([[9, 8], [4]], False)],
+    ids=["each-choice-in-the-other-top-k", "pristine-choice-outside-patched-top-k"],
+)
+def test_logprobs_close_is_judged_at_the_first_divergence_only(top_b, close) -> None:
+    # Position 1 differs (2 vs 9); position 2 (3 vs 4) is past the divergence: not compared.
+    ids_a, top_a = [1, 2, 3], [[1], [2, 9], [3]]
+    assert identity.logprobs_close(ids_a, top_a, [1, 9, 4], [[1], *top_b]) is close
+    assert identity.logprobs_close(ids_a, top_a, ids_a, []) is True  # identical ids
+    assert identity.logprobs_close(ids_a, [[1]], [1, 9, 4], [[1]]) is None  # top-k not recorded
+
+
 # performance -------------------------------------------------------------------------------
 def test_performance_fails_on_a_resolved_slowdown() -> None:
     v = performance.judge(stats.paired_ratio(BASE, _scaled(1.3)), 0.02)

@@ -28,11 +28,16 @@ def _chat(question: str, think: bool) -> str:
     return text + ("<think>\n" if think else "")
 
 
+#: Top logprobs recorded per position: enough to judge closeness where two runs pick different
+#: tokens (vLLM's check_logprobs_close: each choice among the other run's top-k).
+TOP_LOGPROBS = 5
+
+
 def requests(max_tokens: int, n_prompts: int):
     """(name, prompt, SamplingParams kwargs) for every request of the token-identity step."""
     qs = QUESTIONS[:n_prompts]
     out = []
-    common = {"max_tokens": max_tokens, "ignore_eos": True, "logprobs": 1}
+    common = {"max_tokens": max_tokens, "ignore_eos": True, "logprobs": TOP_LOGPROBS}
     for i, q in enumerate(qs):
         out.append((f"greedy-{i}", _chat(q, False), {**common, "temperature": 0.0}))
     for i, q in enumerate(qs):
@@ -140,14 +145,13 @@ def generate(args) -> dict:
         comp = out.outputs[0]
         ids = list(comp.token_ids)
         total += len(ids)
-        lps = []
-        for tok, pos in zip(ids, comp.logprobs or [], strict=False):
-            lps.append(pos[tok].logprob)
+        positions = list(zip(ids, comp.logprobs or [], strict=False))
         results[name] = {
             "prompt": prompt,
             "params": kw,
             "token_ids": ids,
-            "logprobs": lps,
+            "logprobs": [pos[tok].logprob for tok, pos in positions],
+            "top_logprobs": [_top(pos) for _tok, pos in positions],
             "cumulative_logprob": comp.cumulative_logprob,
             "text": comp.text,
         }
@@ -159,6 +163,13 @@ def generate(args) -> dict:
         "tok_per_s": total / gen_s if gen_s else None,
         "determinism": DETERMINISM,
     }
+
+
+def _top(position: dict) -> list[list]:
+    """[token_id, logprob] of the top-k candidates at one position, best first (vLLM adds the
+    sampled token when it is outside the top-k; it is left out here)."""
+    ranked = sorted(position.items(), key=lambda kv: kv[1].rank or 0)
+    return [[tid, lp.logprob] for tid, lp in ranked if (lp.rank or 0) <= TOP_LOGPROBS]
 
 
 def embed(args) -> dict:

@@ -139,6 +139,19 @@ def _serve(numbers: dict) -> Verdict:
     return serve_bench.judge(per["pristine"], per["patched"], 0.05)
 
 
+def _identity(record: Record, key: str, what: str) -> Verdict:
+    """Identity from the record's `key` (pristine vs patched) and its control, pristine vs
+    pristine: `control_<key>` (run before the A/B), or in older records `pristine_rerun_<key>`
+    (run after a difference); neither: no control. A record already judged with its control
+    keeps its own reason (it says how far the runs diverged)."""
+    n = record.get("numbers", {})
+    control = n.get(f"control_{key}", n.get(f"pristine_rerun_{key}"))
+    verdict = identity.judge(not n.get(key), None if control is None else not control, what)
+    if control is not None and record.get("outcome") == verdict.outcome and record.get("reason"):
+        return Verdict(verdict.outcome, record["reason"])
+    return verdict
+
+
 def rejudge(record: Record) -> Record | None:
     """A CPU-tier record under the current rules (None: a marker the registry replaces)."""
     step, n = record["step"], record.get("numbers", {})
@@ -148,11 +161,11 @@ def rejudge(record: Record) -> Record | None:
         verdict = _serve(n)
         n = {**n, **{f"{m}_patched_over_pristine": v for m, v in verdict.numbers.items()}}
     elif step == "e2e-token-identity":
-        verdict = identity.judge(not n.get("differing"), None, "tokens")
+        verdict = _identity(record, "differing", "tokens")
     elif step == "e2e-embeddings":
-        verdict = identity.judge(not n.get("differing_vectors"), None, "vectors")
+        verdict = _identity(record, "differing_vectors", "vectors")
     elif step == "e2e-gsm8k":
-        verdict = identity.judge(not n.get("differing_doc_ids"), None, "responses")
+        verdict = _identity(record, "differing_doc_ids", "responses")
     else:
         return upgrade(record)
     record = upgrade({**record, "numbers": n})
