@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Recovered-token kernels of the rejection sampler, timed the way vLLM launches them.
 
-GPU machine, torch + triton only (no vLLM). Every variant is lifted from a copy of
-``vllm/v1/sample/rejection_sampler.py`` (a build tree's file, carried to the machine):
+GPU machine, torch + triton only (no vLLM). Every variant is lifted from a
+``vllm/v1/sample/rejection_sampler.py`` that ``python -m verify.gpu_overlay`` packed from a
+build tree (``pristine/``: the pin's own kernel, ``patched/``: the series, ``at-NNNN/``: the
+series through patch NNNN), carried to the machine:
 
 * ``NAME=FILE:KERNEL``: the ``@triton.jit`` function ``KERNEL`` of FILE, launched as that
   release's ``sample_recovered_tokens`` does (grid (batch, max_spec_len), BLOCK_SIZE 8192);
@@ -40,9 +42,13 @@ JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``
 ``rows``: {variant, baseline, vocab, requests, draft_tokens (int, or the list per request
 when ragged), draft_probs, identical, checks, graph_us, eager_us, host_us}.
 
-Usage (GPU machine, repo root; .gpu/k21 carried):
-  python3 scripts/gpu_kernel_bench.py --out-dir $OUT \\
-      --variant 0.22.0=.gpu/k21/rs_0.22.0_pristine.py:sample_recovered_tokens_kernel ...
+Variants are named as the registry's kernel steps read them: ``{pin}`` for the pin's own
+kernel, ``{pin}+{number}`` for a patch. Usage (GPU machine, repo root, overlay unpacked at
+/tmp/pb-overlay; docs/gpu-runbook.md):
+  O=/tmp/pb-overlay/0.22.0; F=vllm/v1/sample/rejection_sampler.py
+  python3 scripts/gpu_kernel_bench.py --out-dir $OUT --name kernel-0.22.0 \\
+      --variant 0.22.0=$O/pristine/$F:sample_recovered_tokens_kernel \\
+      --variant 0.22.0+0006=$O/patched/$F
 """
 
 from __future__ import annotations
