@@ -47,6 +47,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from verify.results import cpu_model  # noqa: E402
+
 VOCAB = 151_936
 PROMPT_LEN = 512
 END_MARKER = [151_668]  # Qwen3 </think>
@@ -92,16 +94,6 @@ def _custom_ops_once(roots_) -> None:
                 return _orig(*args, **kwargs)
 
             tu.direct_register_custom_op = register_once
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # Files of the 0.22.0 series that bench modules must not import when loaded as extra files.
@@ -415,7 +407,7 @@ def main() -> int:
             "numpy": np.__version__,
         },
         "machine": {
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(),
             "note": "shared 2-core machine; other jobs may run concurrently"
             if DEVICE.type == "cpu"

@@ -76,6 +76,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from verify.equivalence import recovered_tokens_ref as ref  # noqa: E402
+from verify.results import cpu_model  # noqa: E402
 
 DEFAULT_SHAPES = "1x1,1x4,4x4,16x1,8x4,16x4,32x4,64x4,128x4,256x4,r16,r220,r900"
 #: ragged layouts: name -> (requests, max draft tokens); lengths drawn in 0..max, seeded
@@ -358,14 +359,8 @@ def time_host(fns: dict, order: list, calls: int, cycles_per_us: float, batches=
 
 # --------------------------------------------------------------------------- main
 def machine() -> dict:
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     return dict(
-        python=platform.python_version(), gpu=torch.cuda.get_device_name(), cpu=cpu,
+        python=platform.python_version(), gpu=torch.cuda.get_device_name(), cpu=cpu_model(),
         torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
         num_sms=_torch_num_sms(torch.cuda.current_device()),
     )  # fmt: skip
