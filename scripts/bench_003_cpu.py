@@ -47,61 +47,13 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from verify.equivalence.registrations import custom_ops_once, opaque_types_once  # noqa: E402
+from verify.results import cpu_model  # noqa: E402
+
 VOCAB = 151_936
 PROMPT_LEN = 512
 END_MARKER = [151_668]  # Qwen3 </think>
 START_MARKER = [151_667]  # Qwen3 <think>
-
-
-def _opaque_types_once() -> None:
-    """Both roots import vllm.utils.torch_utils, which registers an opaque type by name."""
-    try:
-        from torch._library import opaque_object
-    except ImportError:
-        return
-    original = opaque_object.register_opaque_type
-
-    def register_once(cls, *args, **kwargs):
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        known = opaque_object._OPAQUE_TYPES_BY_NAME.get(name)
-        if known is not None:
-            opaque_object._OPAQUE_TYPES[cls] = known
-            return None
-        return original(cls, *args, **kwargs)
-
-    opaque_object.register_opaque_type = register_once
-
-
-def _custom_ops_once(roots_) -> None:
-    """Both roots register the same `torch.ops.vllm.*` ops; skip the second registration
-    (none of them is called here)."""
-    import importlib
-    import inspect
-
-    for root in roots_:
-        with root.active():
-            tu = importlib.import_module("vllm.utils.torch_utils")
-            original = tu.direct_register_custom_op
-            signature = inspect.signature(original)
-
-            def register_once(*args, _orig=original, _sig=signature, _tu=tu, **kwargs):
-                bound = _sig.bind(*args, **kwargs)
-                lib = bound.arguments.get("target_lib") or _tu.vllm_lib
-                if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
-                    return None
-                return _orig(*args, **kwargs)
-
-            tu.direct_register_custom_op = register_once
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # Files of the 0.22.0 series that bench modules must not import when loaded as extra files.
@@ -310,7 +262,7 @@ def main() -> int:
     # steps costs ~20 ms per tiny op and would swamp the pristine timings.
     if DEVICE.type == "cpu":
         torch.set_num_threads(1)
-    _opaque_types_once()
+    opaque_types_once()
     overrides = bool(
         os.environ.get("PATCHBENCH_PRISTINE_ROOT") and os.environ.get("PATCHBENCH_PATCHED_ROOT")
     )
@@ -320,7 +272,9 @@ def main() -> int:
         from verify.equivalence.roots import roots
 
         pristine, patched = roots(args.pin)
-        _custom_ops_once((pristine, patched))
+        for root in (pristine, patched):
+            with root.active():
+                custom_ops_once(importlib.import_module("vllm.utils.torch_utils"), torch.ops)
     pr_pen = pristine.load("vllm.v1.sample.ops.penalties")
     pa_pen = patched.load("vllm.v1.sample.ops.penalties")
     for mod in (pr_pen, pa_pen):  # no accelerator: do not pin the upstream tensor
@@ -415,7 +369,7 @@ def main() -> int:
             "numpy": np.__version__,
         },
         "machine": {
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(),
             "note": "shared 2-core machine; other jobs may run concurrently"
             if DEVICE.type == "cpu"

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Recovered-token kernels of the rejection sampler, timed the way vLLM launches them.
 
-GPU machine, torch + triton only (no vLLM). Every variant is lifted from a copy of
-``vllm/v1/sample/rejection_sampler.py`` (a build tree's file, carried to the machine):
+GPU machine, torch + triton only (no vLLM). Every variant is lifted from a
+``vllm/v1/sample/rejection_sampler.py`` that ``python -m verify.gpu_overlay`` packed from a
+build tree (``pristine/``: the pin's own kernel, ``patched/``: the series, ``at-NNNN/``: the
+series through patch NNNN), carried to the machine:
 
 * ``NAME=FILE:KERNEL``: the ``@triton.jit`` function ``KERNEL`` of FILE, launched as that
   release's ``sample_recovered_tokens`` does (grid (batch, max_spec_len), BLOCK_SIZE 8192);
@@ -40,9 +42,13 @@ JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``
 ``rows``: {variant, baseline, vocab, requests, draft_tokens (int, or the list per request
 when ragged), draft_probs, identical, checks, graph_us, eager_us, host_us}.
 
-Usage (GPU machine, repo root; .gpu/k21 carried):
-  python3 scripts/gpu_kernel_bench.py --out-dir $OUT \\
-      --variant 0.22.0=.gpu/k21/rs_0.22.0_pristine.py:sample_recovered_tokens_kernel ...
+Variants are named as the registry's kernel steps read them: ``{pin}`` for the pin's own
+kernel, ``{pin}+{number}`` for a patch. Usage (GPU machine, repo root, overlay unpacked at
+/tmp/pb-overlay; docs/gpu-runbook.md):
+  O=/tmp/pb-overlay/0.22.0; F=vllm/v1/sample/rejection_sampler.py
+  python3 scripts/gpu_kernel_bench.py --out-dir $OUT --name kernel-0.22.0 \\
+      --variant 0.22.0=$O/pristine/$F:sample_recovered_tokens_kernel \\
+      --variant 0.22.0+0006=$O/patched/$F
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from verify.equivalence import recovered_tokens_ref as ref  # noqa: E402
+from verify.results import cpu_model  # noqa: E402
 
 DEFAULT_SHAPES = "1x1,1x4,4x4,16x1,8x4,16x4,32x4,64x4,128x4,256x4,r16,r220,r900"
 #: ragged layouts: name -> (requests, max draft tokens); lengths drawn in 0..max, seeded
@@ -352,14 +359,8 @@ def time_host(fns: dict, order: list, calls: int, cycles_per_us: float, batches=
 
 # --------------------------------------------------------------------------- main
 def machine() -> dict:
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     return dict(
-        python=platform.python_version(), gpu=torch.cuda.get_device_name(), cpu=cpu,
+        python=platform.python_version(), gpu=torch.cuda.get_device_name(), cpu=cpu_model(),
         torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
         num_sms=_torch_num_sms(torch.cuda.current_device()),
     )  # fmt: skip

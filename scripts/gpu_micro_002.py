@@ -43,8 +43,9 @@ from vLLM is imported, ``vllm.platforms._current_platform`` is preset in each ro
 ``UnspecifiedPlatform()`` (``--device cuda``: no custom ops, ``is_pin_memory_available()`` True)
 or ``CpuPlatform()`` (``--device cpu``, as the CPU equivalence tests), and ``InputBatch`` gets
 ``device`` and ``pin_memory`` (True on CUDA) explicitly. Two other process-wide registrations
-are made idempotent so the second root can import: torch opaque types (torch >= 2.11,
-``vllm.utils.torch_utils.ModuleName``) and ``direct_register_custom_op``. Nothing here calls
+are made idempotent (``verify.equivalence.registrations``) so the second root can import:
+torch opaque types (torch >= 2.11, ``vllm.utils.torch_utils.ModuleName``) and
+``direct_register_custom_op``. Nothing here calls
 custom ops or torch.compile. A vLLM bundle (e.g. 0.22.0 at ``/tmp/vllm-bundle/site``) may stay
 on ``sys.path``/``PYTHONPATH`` for third-party packages: the active root comes first, and every
 loaded ``vllm`` module is checked to come from its root (the run fails otherwise).
@@ -75,7 +76,6 @@ import datetime as dt
 import gc
 import hashlib
 import importlib
-import inspect
 import json
 import os
 import platform
@@ -88,7 +88,6 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve()
@@ -97,6 +96,7 @@ sys.path.insert(0, str(REPO))
 
 from verify import stats  # noqa: E402
 from verify.equivalence import roots as _roots  # noqa: E402
+from verify.equivalence.registrations import custom_ops_once, opaque_types_once  # noqa: E402
 
 STEP = "micro-002"
 VLLM_VERSION = "0.18.1"
@@ -253,59 +253,6 @@ def unpack_roots(roots: Path, work: Path) -> tuple[dict[str, Any], Path, Path]:
     return manifest, pristine, patched
 
 
-def _register_opaque_types_once() -> str:
-    """Let both roots import ``vllm.utils.torch_utils`` on torch >= 2.11.
-
-    That module registers ``ModuleName`` as a torch opaque type by qualified name; the second
-    root's registration would fail with "already registered". It is mapped to the first one's
-    type info instead (as tests/equivalence/test_002_pooling.py does); nothing here uses it.
-    """
-    try:
-        from torch._library import opaque_object
-    except ImportError:
-        return "torch without opaque types: nothing to do"
-    original = opaque_object.register_opaque_type
-    if getattr(original, "_patchbench_once", False):
-        return "already wrapped"
-
-    def register_once(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        by_name = getattr(opaque_object, "_OPAQUE_TYPES_BY_NAME", None)
-        types = getattr(opaque_object, "_OPAQUE_TYPES", None)
-        if isinstance(by_name, dict) and name in by_name:
-            if isinstance(types, dict):
-                types[cls] = by_name[name]
-            return None
-        try:
-            return original(cls, *args, **kwargs)
-        except Exception as exc:  # older layouts: tolerate only the duplicate
-            if "already" in str(exc).lower():
-                return None
-            raise
-
-    register_once._patchbench_once = True  # type: ignore[attr-defined]
-    opaque_object.register_opaque_type = register_once
-    return "register_opaque_type wrapped (second registration of a name is a no-op)"
-
-
-def _register_custom_ops_once(tu: ModuleType, torch: Any) -> None:
-    """Make ``direct_register_custom_op`` of one root skip ops that already exist."""
-    original = getattr(tu, "direct_register_custom_op", None)
-    if original is None or getattr(original, "_patchbench_once", False):
-        return
-    signature = inspect.signature(original)
-
-    def register_once(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        lib = bound.arguments.get("target_lib") or tu.vllm_lib
-        if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
-            return None
-        return original(*args, **kwargs)
-
-    register_once._patchbench_once = True  # type: ignore[attr-defined]
-    tu.direct_register_custom_op = register_once
-
-
 class Tree:
     """One tree's loaded modules and the GritLM read of its pooling metadata."""
 
@@ -326,7 +273,7 @@ class Tree:
 
                     platforms._current_platform = UnspecifiedPlatform()
             self.platform = type(platforms._current_platform).__name__
-            _register_custom_ops_once(importlib.import_module("vllm.utils.torch_utils"), torch)
+            custom_ops_once(importlib.import_module("vllm.utils.torch_utils"), torch.ops)
             vllm = importlib.import_module("vllm")
             self.pooling_params = importlib.import_module("vllm.pooling_params")
             self.metadata = importlib.import_module("vllm.v1.pool.metadata")
@@ -713,7 +660,7 @@ def run(args: argparse.Namespace, record: dict[str, Any]) -> None:
         "work": str(args.work),
         "sys_path_vllm_elsewhere": shadowing,
         "vllm_modules_dropped_at_start": stale[:10],
-        "opaque_types": _register_opaque_types_once(),
+        "opaque_types": opaque_types_once(),
     }
     record["setup"] = setup
     say(f"importing vLLM {VLLM_VERSION} from {pristine_dir} and {patched_dir}")

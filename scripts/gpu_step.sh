@@ -3,7 +3,7 @@
 # bring back the step files and a tar of the run's raw/ logs under $OUT/gpu (only ~10 files per
 # folder come back, and $OUT is emptied between calls).
 # Use (on the GPU machine, after .gpu/a and .gpu/b are installed and the overlay is copied to
-# /tmp/pb-overlay by the first call, see results/gpu/README.md):
+# /tmp/pb-overlay by the first call, see docs/gpu-runbook.md):
 #   bash scripts/gpu_step.sh TAG --steps penalties-v1 --repeats 2
 # PB_OVERLAY (default /tmp/pb-overlay/0.22.0) and PB_TIMEOUT (default 560 s) override.
 set -uo pipefail

@@ -1,13 +1,17 @@
 """Pack the series' changed files for the GPU machine (which has no git and no sdist).
 
-`python -m verify.gpu_overlay <version> [--out .gpu/overlay] [--only-patch N] [--tests DIR]`
-writes ``<out>/<version>/{pristine,patched}/vllm/...`` and ``SERIES_HASH``; with
-``--only-patch 0005`` also ``<out>/<version>/only-0005/vllm/...`` (pristine + that one patch,
-e.g. the 004 timers without the fixes they measure). ``--tests DIR`` exports the pristine
-test files of the touched areas (``TEST_PATHS``) into ``DIR/pristine`` and the series' changed
-test files into ``DIR/patched``
-(the upstream test step). Carry those folders with the device run and point
-``scripts/gpu_verify.py --overlay / --tests`` at them.
+`python -m verify.gpu_overlay <version> [--out .gpu/overlay] [--only-patch N] [--at-patch N]
+[--tests DIR]` writes ``<out>/<version>/{pristine,patched}/vllm/...`` (every ``vllm/`` file the
+series changes, at the build tree's ``pristine`` tag and at HEAD), ``SERIES_HASH`` and
+``PATCH_HASHES.json``. ``--only-patch 0005`` adds ``only-0005/vllm/...`` (pristine + that one
+patch, e.g. the 004 timers without the fixes they measure); ``--at-patch 0008`` adds
+``at-0008/vllm/...`` (the series applied through 0008, read from that patch's commit: the
+baseline of an A/B of the patch after it). ``--tests DIR`` exports the pristine test files of
+the touched areas (``TEST_PATHS``) into ``DIR/pristine`` and the series' changed test files
+into ``DIR/patched`` (the upstream test step). Carry those folders with the device run and
+point ``scripts/gpu_verify.py --overlay / --tests`` at them; ``scripts/gpu_kernel_bench.py``
+lifts its kernels from the packed ``vllm/v1/sample/rejection_sampler.py`` files
+(docs/gpu-runbook.md).
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ def _applied_tree(version: str) -> BuildTree:
     return tree
 
 
-def pack(tree: BuildTree, out: Path, only_patches: list[str] = ()) -> Path:
-    """Changed `vllm/` files at pristine and HEAD of an applied build tree."""
+def pack(
+    tree: BuildTree, out: Path, only_patches: list[str] = (), at_patches: list[str] = ()
+) -> Path:
+    """Changed `vllm/` files at pristine and HEAD of an applied build tree (and per patch)."""
     version = tree.version
     target = out / version
     if target.exists():
@@ -50,17 +56,52 @@ def pack(tree: BuildTree, out: Path, only_patches: list[str] = ()) -> Path:
                 _write(target / label / name, data)
     for number in only_patches:
         _pack_single(tree, number, target / f"only-{number}")
-    (target / "SERIES_HASH").write_text(series_hash(version) + "\n")
-    (target / "PATCH_HASHES.json").write_text(json.dumps(patch_hashes(version), indent=1) + "\n")
+    for number in at_patches:
+        _pack_at(tree, number, target / f"at-{number}")
+    (target / "SERIES_HASH").write_text(series_hash(version, tree.patches_root) + "\n")
+    hashes = patch_hashes(version, tree.patches_root)
+    (target / "PATCH_HASHES.json").write_text(json.dumps(hashes, indent=1) + "\n")
     return target
 
 
-def patch_hashes(version: str) -> dict[str, str]:
+def patch_hashes(version: str, root: Path | None = None) -> dict[str, str]:
     """{patch subject: diff hash} of the series the overlay packs: the GPU step files carry it,
     so a record stays current evidence for a patch until that patch's diff changes."""
     from verify.registry import diff_hash
 
-    return {patch.subject: diff_hash(patch) for patch in read_series(version)}
+    return {patch.subject: diff_hash(patch) for patch in read_series(version, root)}
+
+
+def patch_commit(tree: BuildTree, number: str) -> str:
+    """The build tree's commit of series patch `number` (``0008``): the series' k-th patch is
+    the k-th commit after the pristine tag; its subject must match the patch's."""
+    series = read_series(tree.version, tree.patches_root)
+    position = next((i for i, p in enumerate(series) if p.name.startswith(f"{number}-")), None)
+    if position is None:
+        raise SystemExit(f"--at-patch {number}: no such patch in the {tree.version} series")
+    commits = tree.git("rev-list", "--reverse", "--first-parent", f"{BASELINE_TAG}..HEAD").split()
+    if len(commits) != len(series):
+        raise SystemExit(
+            f"--at-patch {number}: build/{tree.version} has {len(commits)} commits after "
+            f"{BASELINE_TAG}, the series {len(series)} patches (apply it first)"
+        )
+    commit = commits[position]
+    subject = tree.git("log", "-1", "--format=%s", commit)
+    if subject != series[position].subject:
+        raise SystemExit(
+            f"--at-patch {number}: commit {commit[:10]} is {subject!r}, the patch "
+            f"{series[position].subject!r} (build tree and series disagree; apply again)"
+        )
+    return commit
+
+
+def _pack_at(tree: BuildTree, number: str, dest: Path) -> None:
+    """The series' changed `vllm/` files as of patch `number`'s commit."""
+    commit = patch_commit(tree, number)
+    for name in tree.changed_files():
+        data = tree.read_bytes(commit, name) if name.startswith("vllm/") else None
+        if data is not None:
+            _write(dest / name, data)
 
 
 def _pack_single(tree: BuildTree, number: str, dest: Path) -> None:
@@ -122,10 +163,11 @@ def main() -> int:
     parser.add_argument("version")
     parser.add_argument("--out", type=Path, default=Path(".gpu/overlay"))
     parser.add_argument("--only-patch", action="append", default=[], metavar="NNNN")
+    parser.add_argument("--at-patch", action="append", default=[], metavar="NNNN")
     parser.add_argument("--tests", type=Path, help="also export the tests/ trees here")
     args = parser.parse_args()
     tree = _applied_tree(args.version)
-    print(pack(tree, args.out, args.only_patch))
+    print(pack(tree, args.out, args.only_patch, args.at_patch))
     if args.tests:
         print(pack_tests(tree, args.tests))
     return 0

@@ -28,7 +28,7 @@ from verify.verdicts import (
 )
 from verify.verdicts.growth import length_growth
 
-DEVICE_NOTE = "(device run, vLLM offline bundle, see results/gpu/README.md)"
+DEVICE_NOTE = "(device run, vLLM offline bundle, see docs/gpu-runbook.md)"
 
 
 def gpu_root() -> Path:
@@ -730,7 +730,7 @@ def gsm8k(version: str) -> list[dict]:
     return out
 
 
-#: The kernel run the kernel records are made from (run 9, see kernel_notes.md); a file in the
+#: The kernel run the kernel records are made from (run 9, commit dd7918f); a file in the
 #: kernel raw-data contract (top-level "machine" and "rows" with "variant") is read as is.
 KERNEL_FILE = "kernel_001.json"
 
