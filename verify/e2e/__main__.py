@@ -20,14 +20,6 @@ import time
 from verify.errors import PatchbenchError
 
 STEPS = ("tokens", "embed", "serve-bench", "gsm8k", "serve", "all")
-NOT_RUN_ON_CPU = {
-    "000": "MRV2 sampler: vLLM runs its V1 model runner on CPU (Triton has no CPU driver), so the "
-    "Model Runner V2 sampler path this patch changes is not run on CPU: GPU tier only",
-    "001": "Triton kernel (rejection sampler): Triton has no CPU driver, so vLLM on CPU never "
-    "launches it: not run on CPU, GPU tier only",
-    "010": "Triton kernel (split recovered-token sampling): on CPU vLLM keeps its native path, "
-    "so the new kernel is never launched: not run on CPU, GPU tier only",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +51,6 @@ def run(args: argparse.Namespace) -> bool:
     started = time.monotonic()
     ctx = common.setup(args.version, args.model, args.tree)
     common.say(f"setup: {ctx.timings}; versions: {ctx.versions}")
-    for seed, reason in NOT_RUN_ON_CPU.items():
-        common.write_not_run(args.version, seed, f"e2e-not-run-{seed}", reason)
     ok = True
     step = args.step
     if step in ("tokens", "all"):

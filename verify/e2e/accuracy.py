@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from verify.e2e.common import Context, log_tail, say, workdir, write_result
+from verify.e2e.identity import IDENTITY_RUNS
 from verify.e2e.serving import ab_servers
 from verify.errors import PatchbenchError
 from verify.verdicts import PASS, Verdict, identity
@@ -77,8 +78,6 @@ metadata:
 #: batch depends on timing, batch shape changes CPU matmul rounding, and near-tied logits of a
 #: random-weight model then flip. One at a time, every response is computed the same way.
 GSM8K_CONCURRENCY = 1
-#: The runs, in order: the control (pristine twice) comes before the A/B.
-GSM8K_RUNS = (("pristine", "pristine"), ("pristine", "pristine-control"), ("patched", "patched"))
 
 
 def data_dir() -> Path:
@@ -201,7 +200,7 @@ def gsm8k(
     with contextlib.ExitStack() as stack:
         if servers is None:
             servers = stack.enter_context(ab_servers(ctx, work, health_timeout))
-        for root, name in GSM8K_RUNS:
+        for root, name in IDENTITY_RUNS:
             out = work / f"lm_eval-{name}"
             cmd = lm_eval_cmd(ctx, servers[root].url, tasks, out, limit)
             log = work / f"lm_eval-{name}.log"

@@ -169,14 +169,6 @@ def write_result(
     return path
 
 
-def write_not_run(version: str, seed: str, step: str, reason: str) -> Path:
-    from verify import results
-
-    command = shlex.join(["python", "-m", "verify.e2e", *sys.argv[1:]])
-    result = results.make(step, seed, version, "not run", reason=reason, command=command)
-    return results.write(result, "cpu", step, root=results_root())
-
-
 def results_root() -> Path:
     """`PATCHBENCH_RESULTS_DIR` (tests point it at a temp dir), else the repo's results/."""
     from verify import paths
