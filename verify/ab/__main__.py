@@ -81,23 +81,23 @@ def read_count(path: Path) -> tuple[int, float]:
 
 
 def provenance() -> dict:
-    gpu = None
-    with contextlib.suppress(Exception):
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    cpu = platform.processor()
+    """Python, CPU, GPU, torch and vLLM of the machine running the A/B (read here, not assumed)."""
+    out: dict = {"python": platform.python_version(), "cpu": platform.processor(), "gpu": None}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+                out["cpu"] = line.split(":", 1)[1].strip()
                 break
-    versions = {}
+    with contextlib.suppress(Exception):
+        import torch
+
+        out["torch"] = torch.__version__
+        out["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     with contextlib.suppress(Exception):
         import vllm
 
-        versions["vllm"] = vllm.__version__
-    return {"python": platform.python_version(), "cpu": cpu, "gpu": gpu, **versions}
+        out["vllm"] = vllm.__version__
+    return out
 
 
 def planted_prediction(rnd: ab_rounds.Round, baseline: str, planted: str) -> float | None:

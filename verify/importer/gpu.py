@@ -18,12 +18,14 @@ from verify.importer.cpu import apply_effect, build_effect
 from verify.series import read_series
 from verify.verdicts import (
     FAIL,
+    INCONCLUSIVE,
     Verdict,
     combine,
     growth,
     identity,
     kernel,
     performance,
+    resolution,
     serve_bench,
 )
 from verify.verdicts.growth import length_growth
@@ -873,6 +875,70 @@ def kernels(version: str) -> list[dict]:
     return out
 
 
+def _ab_ratio(src: dict, baseline: str, variant: str) -> stats.Ratio:
+    counted = [r for r in src["rounds"] if not r["warmup"]]
+    return stats.paired_ratio(
+        [r["values"][baseline]["output_throughput"] for r in counted],
+        [r["values"][variant]["output_throughput"] for r in counted],
+    )
+
+
+def _slug_of(version: str, number: str) -> str | None:
+    patch = next((p for p in read_series(version) if p.name.startswith(number)), None)
+    entries = registry.load()
+    return next(
+        (s for s, e in entries.items() if patch and e.pins.get(version) == patch.subject), None
+    )
+
+
+def serve_ab(version: str) -> list[dict]:
+    """`python -m verify.ab serve` runs (scripts/gpu_ab.sh): one record per `only-NNNN` variant,
+    judged against pristine only where the same rounds' A/A and planted controls behaved."""
+    src = _load(version, "ab-serve")
+    if not src:
+        return []
+    src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
+    aa = _ab_ratio(src, "pristine", "pristine2")
+    planted = _ab_ratio(src, "pristine", "planted")
+    predicted = next(
+        (c.get("predicted_if_all_on_critical_path") for c in src["comparisons"]
+         if c["variant"] == "planted"),
+        None,
+    )  # fmt: skip
+    calibration = resolution.judge(aa, planted, predicted)
+    rows = [
+        "| variant / pristine | output throughput ratio [95% CI] | n | MDE |",
+        "|---|---|---|---|",
+    ]
+    out = []
+    for variant in (v for v in src["variants"] if v.startswith("only-")):
+        ratio = _ab_ratio(src, "pristine", variant)
+        for name, r in (("pristine2 (A/A)", aa), ("planted", planted), (variant, ratio)):
+            rows.append(f"| {name} | {r.text()} | {r.n} | {r.mde:.1%} |")
+        slug = _slug_of(version, variant.removeprefix("only-"))
+        if slug is None:
+            continue
+        perf = performance.judge(
+            ratio, 0.01, claim="faster", lower_is_better=False, what="output throughput"
+        )
+        if calibration.outcome == FAIL:
+            verdict = Verdict(INCONCLUSIVE, f"the run's controls failed: {calibration.reason}")
+        else:
+            verdict = Verdict(perf.outcome, f"{perf.reason}; this run {calibration.reason}")
+        numbers = {
+            "ratio": ratio.as_dict(),
+            "calibration": calibration.outcome,
+            **calibration.numbers,
+            "startup_s": src["startup_s"],
+            "workload": "vllm bench serve in process, random 2 in / 512 out, 128 prompts, rate "
+            "inf, --ignore-eos, MRV2 (the default runner for Qwen3); 4 servers on one H100, one "
+            "measurement per variant per round, rotating order, 2 warm-up rounds discarded",
+        }
+        record = _record(src, "gpu-serve-ab", "000", verdict, numbers, tables=["\n".join(rows)])
+        out.append(record)
+    return out
+
+
 def records(version: str) -> list[dict]:
     """Every GPU-tier record of `version` that its step files allow."""
     made = [
@@ -884,6 +950,7 @@ def records(version: str) -> list[dict]:
         embeddings(version),
         upstream_tests(version),
         *serving(version),
+        *serve_ab(version),
         *gsm8k(version),
         spec_ngram(version),
         micro_000(version),
