@@ -90,3 +90,27 @@ def test_planted_prediction_is_the_all_on_critical_path_bound():
     rnd = rounds.Round(0, ("a", "p"))
     rnd.values = {"a": {"duration": 4.0}, "p": {"planted_steps": 500, "planted_slept_s": 0.5}}
     assert planted_prediction(rnd, "a", "p") == pytest.approx(4.0 / 4.5)
+
+
+def test_server_side_metrics_are_per_round_deltas():
+    from verify.ab.vllm_bench import server_side
+
+    before = {
+        "vllm:generation_tokens_total": 1000,
+        "vllm:inter_token_latency_seconds_sum": 5.0,
+        "vllm:inter_token_latency_seconds_count": 1000,
+        "vllm:iteration_tokens_total_count": 40,
+    }
+    after = {
+        "vllm:generation_tokens_total": 3000,
+        "vllm:inter_token_latency_seconds_sum": 17.0,
+        "vllm:inter_token_latency_seconds_count": 3000,
+        "vllm:iteration_tokens_total_count": 60,
+    }
+    got = server_side(before, after)
+    assert got == {
+        "server_mean_itl_ms": pytest.approx(6.0),
+        "server_steps": 20,
+        "server_generated_tokens": 2000,
+    }
+    assert server_side({}, {}) == {}

@@ -168,10 +168,20 @@ def serve(args) -> int:
         )
     record["rounds"] = ab_rounds.as_records(done)
     record["comparisons"] = []
+    counted = [r for r in done if not r.warmup]
+    server_itl = bool(counted) and all(
+        "server_mean_itl_ms" in v for r in counted for v in r.values.values()
+    )
     for base, var in comparisons:
         cmp = ab_rounds.compare(
             done, base, var, "output_throughput", threshold=args.threshold, higher_is_better=True
         )
+        if server_itl:  # the engine's view: mean inter-token latency measured by the server
+            cmp["server_mean_itl_ms"] = ab_rounds.compare(
+                done, base, var, "server_mean_itl_ms", threshold=args.threshold,
+                higher_is_better=False,
+            )  # fmt: skip
+            say(cmp["server_mean_itl_ms"]["text"])
         predicted = [planted_prediction(r, base, var) for r in done if not r.warmup]
         if predicted and all(p is not None for p in predicted):
             geo = math.exp(sum(math.log(p) for p in predicted) / len(predicted))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import urllib.request
 
 #: What a round keeps of `vllm bench serve`'s result (the rest stays in its own output).
 METRICS = (
@@ -25,6 +26,50 @@ METRICS = (
 )
 
 
+#: Server-side counters read from /metrics before and after a round (Prometheus text): the
+#: engine's own view of the round, free of the benchmark client's Python overhead.
+SERVER_SERIES = (
+    "vllm:generation_tokens_total",
+    "vllm:inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count",
+    "vllm:iteration_tokens_total_count",
+)
+
+
+def scrape(base_url: str) -> dict[str, float]:
+    """The SERVER_SERIES values now (summed over label sets); {} when /metrics is not served."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in SERVER_SERIES:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per-round server metrics from two scrapes: mean inter-token latency (ms), engine steps,
+    generated tokens."""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    out = {}
+    if d.get("vllm:inter_token_latency_seconds_count"):
+        itl = (
+            d["vllm:inter_token_latency_seconds_sum"] / d["vllm:inter_token_latency_seconds_count"]
+        )
+        out["server_mean_itl_ms"] = 1000 * itl
+    if "vllm:iteration_tokens_total_count" in d:
+        out["server_steps"] = d["vllm:iteration_tokens_total_count"]
+    if "vllm:generation_tokens_total" in d:
+        out["server_generated_tokens"] = d["vllm:generation_tokens_total"]
+    return out
+
+
 def bench_args(base_url: str, model: str, tokenizer: str, extra: list[str]) -> argparse.Namespace:
     """`vllm bench serve` arguments for `base_url` (`extra`: dataset, lengths, prompts...)."""
     from vllm.benchmarks.serve import add_cli_args
@@ -40,8 +85,10 @@ def run_bench(args: argparse.Namespace, seed: int) -> dict[str, float]:
     from vllm.benchmarks.serve import main
 
     args.seed = seed
+    before = scrape(args.base_url)
     with contextlib.redirect_stdout(io.StringIO()):
         result = main(args)
     if not result.get("completed"):
         raise RuntimeError(f"vllm bench serve completed no request against {args.base_url}")
-    return {k: float(result[k]) for k in METRICS if result.get(k) is not None}
+    values = {k: float(result[k]) for k in METRICS if result.get(k) is not None}
+    return {**values, **server_side(before, scrape(args.base_url))}
