@@ -14,11 +14,10 @@ work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 overlay=$(ls -d "$PWD"/.gpu/overlay/*/ | head -1)
 python3 - "$overlay" "$work/meta.json" "$tag" <<'PY' || exit 4
 import json, sys; from pathlib import Path
-sys.path.insert(0, "scripts")
-import gpu_verify
+from verify.gpu import device
 overlay = Path(sys.argv[1])
-gpu_verify.build_model()
-gpu_verify.build_sites(overlay, {"only-0001"})
+device.build_model()
+device.build_sites(overlay, {"only-0001"})
 Path(sys.argv[2]).write_text(json.dumps({
     "vllm_version": overlay.name,
     "series_hash": (overlay / "SERIES_HASH").read_text().strip(),

@@ -1,0 +1,162 @@
+"""The GPU tier's device edge: where the offline vLLM bundle and the import roots live on the
+lent machine, the random-weight models built there (it has no model hub), and one import root
+per variant (the bundle with that variant's overlay files). Standard library at import; torch,
+transformers and tokenizers (the device image has them) only inside the model builders."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+BUNDLE = Path("/tmp/vllm-bundle/site")
+SITES = Path("/tmp/pb-sites")
+MODEL = Path("/tmp/pb-model")
+GRIT_MODEL = Path("/tmp/pb-grit-model")
+
+
+def build_model(path: Path = MODEL) -> Path:
+    """Random-weight Qwen3-0.6B-shaped model + small byte-level BPE tokenizer."""
+    if (path / "config.json").exists():
+        return path
+    import glob
+
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    sources = sorted(glob.glob(f"{os.path.dirname(os.__file__)}/*.py"))[:200]
+    texts = [open(f, errors="ignore").read() for f in sources]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=4096,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=0,
+    )
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+    return path
+
+
+GRIT_TOKENS = ["<unk>", "<s>", "</s>", "▁<", "<", "|", "embed", ">", "<0x0A>", "user"]
+
+
+def build_grit_model(path: Path = GRIT_MODEL) -> Path:
+    """Random-weight GritLM (Llama body, instruction-trimming mean pooler: it reads every
+    prompt's token ids on the host, the code path of seed 002) with a word-level tokenizer
+    that holds the tokens GritLM's pattern matcher looks up."""
+    if (path / "config.json").exists():
+        return path
+    import torch
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(GRIT_TOKENS)}
+    for i in range(len(vocab), 32000):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.save_pretrained(path)
+    torch.manual_seed(1)
+    cfg = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = ["GritLM"]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+def grit_prompts(count: int, rng: random.Random) -> list[dict]:
+    """`<s> ▁< | embed | > <0x0A>` + 64..512 filler tokens: GritLM pools only the text after the
+    instruction, so a wrong prompt-token view changes the vector."""
+    ids = {t: i for i, t in enumerate(GRIT_TOKENS)}
+    head = [ids[t] for t in ("<s>", "▁<", "|", "embed", "|", ">", "<0x0A>")]
+    return [
+        {"prompt_token_ids": head + [rng.randrange(16, 32000) for _ in range(rng.randint(64, 512))]}
+        for _ in range(count)
+    ]
+
+
+def build_sites(overlay: Path, variants: set[str]) -> dict[str, object]:
+    """Check the bundle against the pristine sdist files, then make one import root per
+    non-pristine variant (a copy of the bundle with that variant's files overlaid)."""
+    pristine = overlay / "pristine"
+    mismatched = [
+        str(p.relative_to(pristine))
+        for p in pristine.rglob("*")
+        if p.is_file()
+        and (
+            not (BUNDLE / p.relative_to(pristine)).exists()
+            or (BUNDLE / p.relative_to(pristine)).read_bytes() != p.read_bytes()
+        )
+    ]
+    if mismatched:
+        raise SystemExit(f"bundle files differ from the pristine sdist: {mismatched}")
+    info: dict[str, object] = {}
+    for variant in sorted(variants - {"pristine"}):
+        files = sorted(
+            str(p.relative_to(overlay / variant))
+            for p in (overlay / variant).rglob("*")
+            if p.is_file()
+        )
+        if not files:
+            raise SystemExit(f"overlay {overlay / variant} is empty or missing")
+        site = SITES / variant
+        marker = site / ".pb-overlay.json"
+        if not (marker.exists() and json.loads(marker.read_text()) == files):
+            if site.exists():
+                shutil.rmtree(site)
+            shutil.copytree(BUNDLE, site, symlinks=True)
+            for rel in files:
+                target = site / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(overlay / variant / rel, target)
+            for cache in site.rglob("__pycache__"):
+                if cache.parent.relative_to(site).parts[:1] == ("vllm",):
+                    shutil.rmtree(cache, ignore_errors=True)
+            marker.write_text(json.dumps(files))
+        info[variant] = files
+    return {"overlaid_files": info}
+
+
+def site_of(variant: str) -> Path:
+    return BUNDLE if variant == "pristine" else SITES / variant
