@@ -49,7 +49,8 @@ SHIMS = Path("/tmp/pb-shims")
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
 
-from verify import stats  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
+from verify import stats  # noqa: E402
+from verify.ab.servers import Server  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
 from verify.gpu.device import (  # noqa: E402  (the device edge: paths, models, import roots)
     BUNDLE,
     MODEL,
@@ -460,14 +461,6 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", *args]
 
 
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            return r.status == 200
-    except Exception:
-        return False
-
-
 def _complete(port: int, prompt: str, max_tokens: int) -> str:
     body = json.dumps(
         {
@@ -504,12 +497,11 @@ def run_serve_bench(
     ports = {"pristine": 8101, "patched": 8102}
     bench = step == "serve-bench"
     data: dict = {**meta, "step": step, "rounds": [], "startup": {}, "compile_env": COMPILE_ENV}
-    procs = {}
+    servers: dict[str, Server] = {}
     try:
-        for variant in variants:
+        for variant in variants:  # one after the other: each sizes its KV cache from free memory
             env = dict(os.environ, PYTHONPATH=str(site_of(variant)), VLLM_USE_V2_MODEL_RUNNER="1")
             compile_env(env, step)
-            log = open(out / "raw" / f"serve-{variant}.log", "w")
             cmd = _cli(
                 "serve",
                 str(MODEL),
@@ -524,21 +516,10 @@ def run_serve_bench(
                 "--seed",
                 "0",
             )
-            t0 = time.perf_counter()
-            procs[variant] = (
-                subprocess.Popen(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                ),
-                log,
-            )
-            while not _healthy(ports[variant]):
-                if procs[variant][0].poll() is not None or time.perf_counter() - t0 > 300:
-                    raise RuntimeError(
-                        f"vllm serve ({variant}) never became healthy; see raw/serve-{variant}.log"
-                    )
-                time.sleep(1)
-            data["startup"][variant] = time.perf_counter() - t0
-            say(f"serve-bench: {variant} healthy after {data['startup'][variant]:.0f} s")
+            log = out / "raw" / f"serve-{variant}.log"
+            servers[variant] = Server(cmd, env, ports[variant], log, f"vllm serve ({variant})", 300)
+            servers[variant].start()
+            data["startup"][variant] = servers[variant].wait_healthy()
         for repeat in range(3 if bench else 0):
             for variant in variants if repeat % 2 == 0 else variants[::-1]:
                 name = f"bench-{variant}-{repeat}.json"
@@ -613,13 +594,8 @@ def run_serve_bench(
                 data["lm_eval"] = {"error": str(exc)[-3000:]}
                 say(f"serve-bench: lm_eval FAILED: {exc}")
     finally:
-        for proc, log in procs.values():
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            log.close()
+        for srv in servers.values():
+            srv.stop(grace=30)
     return data
 
 
