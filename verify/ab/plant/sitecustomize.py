@@ -4,7 +4,8 @@ with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to 
 the size the delay could have (all of it on the critical path) can be computed per round.
 
 Put this folder first on PYTHONPATH of the planted variant only; every process started with it
-(API server, engine core) installs the hook."""
+(API server, engine core) installs the hook. Self-contained on purpose (the same import-hook
+shape as verify/e2e/shims/sitecustomize.py): Python runs it before `verify` is importable."""
 
 import importlib.abc
 import importlib.machinery
