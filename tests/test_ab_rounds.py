@@ -114,3 +114,9 @@ def test_server_side_metrics_are_per_round_deltas():
         "server_generated_tokens": 2000,
     }
     assert server_side({}, {}) == {}
+
+
+def test_records_round_trip():
+    done = rounds.run_rounds(_noisy_machine({}, 0.01), ["a", "b"], 3, warmup=1)
+    back = rounds.from_records(rounds.as_records(done))
+    assert back == done

@@ -140,9 +140,8 @@ def serve(args) -> int:
         }
 
         def measure(name: str, index: int) -> dict[str, float]:
-            count = variants[name][1].get("PATCHBENCH_PLANT_DELAY_MS") and Path(
-                servers[name].env["PATCHBENCH_PLANT_COUNT"]
-            )
+            planted = servers[name].env.get("PATCHBENCH_PLANT_COUNT")
+            count = Path(planted) if planted else None
             before = read_count(count) if count else (0, 0.0)
             values = run_bench(bench[name], seed=index)
             if count:

@@ -9,7 +9,6 @@ keeps every round it finished."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,14 +27,14 @@ class Round:
 
 
 def round_orders(variants: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
-    """One order per round: every permutation of the variants in turn (for two variants A B,
-    B A, ...), so each variant runs equally often in every position."""
-    perms = list(itertools.permutations(variants))
-    if len(variants) > 2:  # a cyclic Latin square first, then its mirror: fewer than n! rounds
-        n = len(variants)
-        forward = [tuple(variants[(i + k) % n] for k in range(n)) for i in range(n)]
-        perms = forward + [tuple(reversed(p)) for p in forward]
-    return [perms[i % len(perms)] for i in range(rounds)]
+    """One order per round from a cyclic Latin square (for two variants A B, B A, ...), and for
+    more than two its mirror after it, so each variant runs equally often in every position
+    and after each other variant."""
+    n = len(variants)
+    orders = [tuple(variants[(i + k) % n] for k in range(n)) for i in range(n)]
+    if n > 2:
+        orders += [tuple(reversed(o)) for o in orders]
+    return [orders[i % len(orders)] for i in range(rounds)]
 
 
 def run_rounds(
@@ -100,6 +99,11 @@ def compare(
         "text": f"{variant}/{baseline} {metric} {ratio.text()}"
         + (f", MDE {ratio.mde:.1%}" if ratio.mde is not None else ""),
     }
+
+
+def from_records(records: Sequence[dict]) -> list[Round]:
+    """Rounds back from `as_records` (a record's raw part)."""
+    return [Round(r["index"], tuple(r["order"]), r["values"], warmup=r["warmup"]) for r in records]
 
 
 def as_records(rounds: Sequence[Round]) -> list[dict]:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
+from verify.ab import rounds as ab_rounds
 from verify.importer.cpu import apply_effect, build_effect
 from verify.series import read_series
 from verify.verdicts import (
@@ -875,20 +876,16 @@ def kernels(version: str) -> list[dict]:
     return out
 
 
-def _ab_ratio(src: dict, baseline: str, variant: str) -> stats.Ratio:
-    counted = [r for r in src["rounds"] if not r["warmup"]]
-    return stats.paired_ratio(
-        [r["values"][baseline]["output_throughput"] for r in counted],
-        [r["values"][variant]["output_throughput"] for r in counted],
-    )
-
-
-def _slug_of(version: str, number: str) -> str | None:
-    patch = next((p for p in read_series(version) if p.name.startswith(number)), None)
+def _only_variants(version: str, step: str) -> dict[str, str]:
+    """{registry slug: `only-NNNN` variant} of the patches whose registry steps name `step`."""
     entries = registry.load()
-    return next(
-        (s for s, e in entries.items() if patch and e.pins.get(version) == patch.subject), None
-    )
+    numbers = {}
+    for patch in read_series(version):
+        entry = registry.entry_for(patch, version, entries)
+        if entry:
+            numbers[entry.slug] = patch.name[:4]
+    slugs = registry.patches_for_record(version, step, entries)
+    return {slug: f"only-{numbers[slug]}" for slug in slugs if slug in numbers}
 
 
 def serve_ab(version: str) -> list[dict]:
@@ -898,26 +895,28 @@ def serve_ab(version: str) -> list[dict]:
     if not src:
         return []
     src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
-    aa = _ab_ratio(src, "pristine", "pristine2")
-    planted = _ab_ratio(src, "pristine", "planted")
+    done = ab_rounds.from_records(src["rounds"])
+    aa = ab_rounds.paired(done, "pristine", "pristine2", "output_throughput")
+    planted = ab_rounds.paired(done, "pristine", "planted", "output_throughput")
     predicted = next(
         (c.get("predicted_if_all_on_critical_path") for c in src["comparisons"]
          if c["variant"] == "planted"),
         None,
     )  # fmt: skip
     calibration = resolution.judge(aa, planted, predicted)
-    rows = [
-        "| variant / pristine | output throughput ratio [95% CI] | n | MDE |",
-        "|---|---|---|---|",
-    ]
     out = []
-    for variant in (v for v in src["variants"] if v.startswith("only-")):
-        ratio = _ab_ratio(src, "pristine", variant)
-        for name, r in (("pristine2 (A/A)", aa), ("planted", planted), (variant, ratio)):
-            rows.append(f"| {name} | {r.text()} | {r.n} | {r.mde:.1%} |")
-        slug = _slug_of(version, variant.removeprefix("only-"))
-        if slug is None:
-            continue
+    for variant in _only_variants(version, "gpu-serve-ab").values():
+        if variant not in src["variants"]:
+            continue  # this run did not measure the patch alone
+        ratio = ab_rounds.paired(done, "pristine", variant, "output_throughput")
+        rows = [
+            "| variant / pristine | output throughput ratio [95% CI] | n | MDE |",
+            "|---|---|---|---|",
+            *(
+                f"| {name} | {r.text()} | {r.n} | {r.mde:.1%} |"
+                for name, r in (("pristine2 (A/A)", aa), ("planted", planted), (variant, ratio))
+            ),
+        ]
         perf = performance.judge(
             ratio, 0.01, claim="faster", lower_is_better=False, what="output throughput"
         )
@@ -934,8 +933,7 @@ def serve_ab(version: str) -> list[dict]:
             "inf, --ignore-eos, MRV2 (the default runner for Qwen3); 4 servers on one H100, one "
             "measurement per variant per round, rotating order, 2 warm-up rounds discarded",
         }
-        record = _record(src, "gpu-serve-ab", "000", verdict, numbers, tables=["\n".join(rows)])
-        out.append(record)
+        out.append(_record(src, "gpu-serve-ab", "000", verdict, numbers, tables=["\n".join(rows)]))
     return out
 
 
