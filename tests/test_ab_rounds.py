@@ -90,6 +90,26 @@ def test_planted_prediction_is_the_all_on_critical_path_bound():
     rnd = rounds.Round(0, ("a", "p"))
     rnd.values = {"a": {"duration": 4.0}, "p": {"planted_steps": 500, "planted_slept_s": 0.5}}
     assert planted_prediction(rnd, "a", "p") == pytest.approx(4.0 / 4.5)
+    # the engine's view: 1 ms planted per step on a 5 ms inter-token latency
+    rnd.values["a"]["server_mean_itl_ms"] = 5.0
+    got = planted_prediction(rnd, "a", "p", "server_token_rate")
+    assert got == pytest.approx(5.0 / 6.0)
+    rnd.values["p"]["planted_slept_s"] = 0.0  # nothing slept: no prediction
+    assert planted_prediction(rnd, "a", "p", "server_token_rate") is None
+
+
+def test_spec_decode_counters_are_read_per_round():
+    from verify.ab.vllm_bench import server_side
+
+    before = {"vllm:spec_decode_num_draft_tokens_total": 10.0}
+    after = {"vllm:spec_decode_num_draft_tokens_total": 74.0}
+    assert server_side(before, after) == {"spec_decode_num_draft_tokens": 64.0}
+
+
+def test_a_whole_installation_replaces_the_base_site(tmp_path):
+    (tmp_path / "vllm-0.22.0+pb.abc.dist-info").mkdir()
+    (tmp_path / "vllm-0.22.0+pb.abc.dist-info" / "METADATA").write_text("Version: 0.22.0+pb.abc")
+    assert parse_variant(f"wheel={tmp_path}", "/site") == ("wheel", [str(tmp_path)], {})
 
 
 def test_server_side_metrics_are_per_round_deltas():
@@ -110,6 +130,7 @@ def test_server_side_metrics_are_per_round_deltas():
     got = server_side(before, after)
     assert got == {
         "server_mean_itl_ms": pytest.approx(6.0),
+        "server_token_rate": pytest.approx(1000 / 6.0),
         "server_steps": 20,
         "server_generated_tokens": 2000,
     }

@@ -313,3 +313,78 @@ def test_recorded_patch_hashes_decide_staleness_per_patch(mod, tmp_path):
     assert results.staleness(rec, slug, "0.22.0") == ""
     _write(tmp_path, "penalties-v1", {**data, "patch_hashes": {**by_subject, subject: "0" * 12}})
     assert results.staleness(mod.penalties("0.22.0"), slug, "0.22.0").startswith("patch changed")
+
+
+def _ab_rounds(effects: dict[str, float], rounds: int = 12, itl: bool = True) -> list[dict]:
+    """Synthetic serve A/B rounds: each variant's metrics = pristine's x its effect, with a
+    shared per-round drift and a little alternating noise."""
+    out = []
+    for i in range(rounds):
+        drift = 1 + 0.03 * ((i % 3) - 1)
+        values = {}
+        for j, (name, effect) in enumerate(effects.items()):
+            noise = 1 + 0.002 * (-1) ** (i + j)
+            rate = 200.0 * drift * effect * noise
+            values[name] = {"output_throughput": 20000 * drift * noise, "duration": 3.0}
+            if itl:
+                values[name] |= {"server_token_rate": rate, "server_mean_itl_ms": 1000 / rate}
+            if name == "planted":
+                values[name] |= {"planted_steps": 500, "planted_slept_s": 0.5 * 0.15e-3 * 200}
+        out.append({"index": i, "order": list(effects), "warmup": False, "values": values})
+    return out
+
+
+def _ab_file(effects: dict[str, float], predicted: float, **kw) -> dict:
+    variants = {name: {"pythonpath": [], "env": {}} for name in effects}
+    comparisons = [
+        {"baseline": "pristine", "variant": v, "server_token_rate": {
+            "predicted_if_all_on_critical_path": predicted}}
+        for v in effects if v != "pristine"
+    ]  # fmt: skip
+    return {
+        "machine": {"python": "3.12", "cpu": "x", "gpu": "H100", "torch": "2.11"},
+        "variants": variants,
+        "rounds": _ab_rounds(effects, **kw),
+        "comparisons": comparisons,
+        "startup_s": {},
+    }
+
+
+def test_serve_ab_judges_the_engine_rate_with_the_runs_controls(mod: ModuleType, tmp_path: Path):
+    effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "only-0001": 1.05}
+    _write(tmp_path, "ab-serve", _ab_file(effects, predicted=0.97))
+    (record,) = mod.serve_ab("0.22.0")
+    assert record["step"] == "gpu-serve-ab"
+    assert record["numbers"]["metric"] == "server_token_rate"
+    assert record["numbers"]["calibration"] == "pass"  # A/A within 1%, planted at its size
+    assert record["outcome"] == "pass"
+    assert "A/A" in record["tables"][0] and "engine token rate" in record["tables"][0]
+
+
+def test_serve_ab_is_inconclusive_when_the_planted_effect_is_missed(
+    mod: ModuleType, tmp_path: Path
+):
+    effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 1.0, "only-0001": 1.05}
+    _write(tmp_path, "ab-serve", _ab_file(effects, predicted=0.97))
+    (record,) = mod.serve_ab("0.22.0")
+    assert record["outcome"] == "inconclusive"
+    assert "planted slowdown not resolved" in record["reason"]
+
+
+def test_serve_ab_is_inconclusive_when_a_a_sees_a_difference(mod: ModuleType, tmp_path: Path):
+    effects = {"pristine": 1.0, "pristine2": 1.04, "planted": 0.97, "only-0001": 1.05}
+    _write(tmp_path, "ab-serve", _ab_file(effects, predicted=0.97))
+    (record,) = mod.serve_ab("0.22.0")
+    assert record["outcome"] == "inconclusive"
+    assert "excludes 1" in record["reason"]
+
+
+def test_serve_ab_ngram_compares_the_patch_on_top_of_its_base(mod: ModuleType, tmp_path: Path):
+    effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "at-0005": 1.0, "at-0006": 1.0}
+    data = _ab_file(effects, predicted=0.97)
+    data["comparisons"][-1]["baseline"] = "at-0005"
+    _write(tmp_path, "ab-serve-ngram", data)
+    (record,) = mod.serve_ab("0.22.0")
+    assert record["step"] == "gpu-serve-ab-ngram"
+    assert (record["numbers"]["baseline"], record["numbers"]["variant"]) == ("at-0005", "at-0006")
+    assert record["outcome"] == "no difference resolved"

@@ -48,9 +48,17 @@ def parse_variant(spec: str, base_site: str) -> tuple[str, list[str], dict[str, 
         raise SystemExit(f"--variant {spec!r}: {bad} is not KEY=VALUE")
     if site == "plant":
         paths = [str(PLANT_SITE), base_site]
+    elif site and is_full_install(Path(site)):
+        paths = [site]  # a whole vLLM installation (e.g. a patched wheel's bundle): alone
     else:
         paths = [site or base_site] + ([base_site] if site and site != base_site else [])
     return name, paths, env
+
+
+def is_full_install(site: Path) -> bool:
+    """Whether `site` holds an installed vLLM distribution (a wheel's dist-info), not overlay
+    files meant to be laid in front of the base site."""
+    return any(site.glob("vllm-*.dist-info/METADATA"))
 
 
 def server_for(name: str, paths: list[str], env: dict, args, work: Path) -> Server:
@@ -100,13 +108,28 @@ def provenance() -> dict:
     return out
 
 
-def planted_prediction(rnd: ab_rounds.Round, baseline: str, planted: str) -> float | None:
-    """Throughput ratio planted/baseline if every planted delay were on the critical path."""
+def planted_prediction(
+    rnd: ab_rounds.Round, baseline: str, planted: str, metric: str = "output_throughput"
+) -> float | None:
+    """Ratio planted/baseline of `metric` if every planted delay were on the critical path:
+    the client's run stretched by the time slept (output_throughput), or each engine step by
+    the mean delay per step (server_token_rate, the inverse of the server's mean ITL)."""
     slept = rnd.values[planted].get("planted_slept_s")
-    base = rnd.values[baseline].get("duration")
-    if not slept or not base:
+    steps = rnd.values[planted].get("planted_steps")
+    base = rnd.values[baseline]
+    if not slept:
         return None
-    return base / (base + slept)
+    if metric == "output_throughput" and base.get("duration"):
+        return base["duration"] / (base["duration"] + slept)
+    if metric == "server_token_rate" and steps and base.get("server_mean_itl_ms"):
+        itl = base["server_mean_itl_ms"] / 1000
+        return itl / (itl + slept / steps)
+    return None
+
+
+#: What each comparison is judged on: the client's output throughput (vllm bench serve) and
+#: the engine's token rate from the server's own inter-token latency (free of client overhead).
+METRICS = ("output_throughput", "server_token_rate")
 
 
 def serve(args) -> int:
@@ -152,7 +175,9 @@ def serve(args) -> int:
 
         def progress(rnd: ab_rounds.Round) -> None:
             tput = ", ".join(
-                f"{n} {v['output_throughput']:.0f}" for n, v in sorted(rnd.values.items())
+                f"{n} {v['output_throughput']:.0f}"
+                + (f" ({v['server_mean_itl_ms']:.3f} ms ITL)" if "server_mean_itl_ms" in v else "")
+                for n, v in sorted(rnd.values.items())
             )
             tag = "warm-up" if rnd.warmup else "round"
             say(f"{tag} {rnd.index} ({' '.join(rnd.order)}): {tput} out tok/s")
@@ -168,25 +193,25 @@ def serve(args) -> int:
     record["rounds"] = ab_rounds.as_records(done)
     record["comparisons"] = []
     counted = [r for r in done if not r.warmup]
-    server_itl = bool(counted) and all(
-        "server_mean_itl_ms" in v for r in counted for v in r.values.values()
-    )
+    metrics = [
+        m for m in METRICS if counted and all(m in v for r in counted for v in r.values.values())
+    ]
     for base, var in comparisons:
-        cmp = ab_rounds.compare(
-            done, base, var, "output_throughput", threshold=args.threshold, higher_is_better=True
-        )
-        if server_itl:  # the engine's view: mean inter-token latency measured by the server
-            cmp["server_mean_itl_ms"] = ab_rounds.compare(
-                done, base, var, "server_mean_itl_ms", threshold=args.threshold,
-                higher_is_better=False,
-            )  # fmt: skip
-            say(cmp["server_mean_itl_ms"]["text"])
-        predicted = [planted_prediction(r, base, var) for r in done if not r.warmup]
-        if predicted and all(p is not None for p in predicted):
-            geo = math.exp(sum(math.log(p) for p in predicted) / len(predicted))
-            cmp["predicted_if_all_on_critical_path"] = geo
+        cmp: dict = {}
+        for metric in metrics:
+            result = ab_rounds.compare(
+                done, base, var, metric, threshold=args.threshold, higher_is_better=True
+            )
+            predicted = [planted_prediction(r, base, var, metric) for r in counted]
+            if predicted and all(p is not None for p in predicted):
+                geo = math.exp(sum(math.log(p) for p in predicted) / len(predicted))
+                result["predicted_if_all_on_critical_path"] = geo
+            say(f"{metric}: {result['text']} -> {result['outcome']}")
+            if metric == METRICS[0]:
+                cmp.update(result)  # the client's metric at top level (records of earlier runs)
+            else:
+                cmp[metric] = result
         record["comparisons"].append(cmp)
-        say(cmp["text"] + f" -> {cmp['outcome']}")
     record["wall_s"] = round(time.monotonic() - started, 1)
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     say(f"wrote {args.out}")

@@ -33,6 +33,9 @@ SERVER_SERIES = (
     "vllm:inter_token_latency_seconds_sum",
     "vllm:inter_token_latency_seconds_count",
     "vllm:iteration_tokens_total_count",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
 )
 
 
@@ -54,8 +57,9 @@ def scrape(base_url: str) -> dict[str, float]:
 
 
 def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Per-round server metrics from two scrapes: mean inter-token latency (ms), engine steps,
-    generated tokens."""
+    """Per-round server metrics from two scrapes: mean inter-token latency (ms) and its inverse
+    `server_token_rate` (tokens/s per request: at a fixed batch, the engine's output throughput
+    up to a constant), engine steps, generated tokens, speculative-decoding counters."""
     d = {k: after[k] - before.get(k, 0.0) for k in after}
     out = {}
     if d.get("vllm:inter_token_latency_seconds_count"):
@@ -63,10 +67,14 @@ def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, 
             d["vllm:inter_token_latency_seconds_sum"] / d["vllm:inter_token_latency_seconds_count"]
         )
         out["server_mean_itl_ms"] = 1000 * itl
+        out["server_token_rate"] = 1 / itl
     if "vllm:iteration_tokens_total_count" in d:
         out["server_steps"] = d["vllm:iteration_tokens_total_count"]
     if "vllm:generation_tokens_total" in d:
         out["server_generated_tokens"] = d["vllm:generation_tokens_total"]
+    for key in SERVER_SERIES:
+        if key.startswith("vllm:spec_decode_") and key in d:
+            out[key.removeprefix("vllm:").removesuffix("_total")] = d[key]
     return out
 
 

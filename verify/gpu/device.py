@@ -15,10 +15,15 @@ BUNDLE = Path("/tmp/vllm-bundle/site")
 SITES = Path("/tmp/pb-sites")
 MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
+REPEAT_MODEL = Path("/tmp/pb-model-repeat")
 
 
-def build_model(path: Path = MODEL) -> Path:
-    """Random-weight Qwen3-0.6B-shaped model + small byte-level BPE tokenizer."""
+def build_model(path: Path = MODEL, repeat: bool = False) -> Path:
+    """Random-weight Qwen3-0.6B-shaped model + small byte-level BPE tokenizer. `repeat`: every
+    layer's output projections (attention o_proj, MLP down_proj) zeroed, so the residual stream
+    stays the token's embedding and the tied head puts almost all mass on that token: the model
+    repeats its last token, and ngram speculative decoding proposes (and has accepted) drafts at
+    every step, at any temperature up to ~1 (the same compute per step as the random model)."""
     if (path / "config.json").exists():
         return path
     import glob
@@ -59,6 +64,11 @@ def build_model(path: Path = MODEL) -> Path:
     )
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    if repeat:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
     model.save_pretrained(path)
     return path
 
@@ -160,3 +170,35 @@ def build_sites(overlay: Path, variants: set[str]) -> dict[str, object]:
 
 def site_of(variant: str) -> Path:
     return BUNDLE if variant == "pristine" else SITES / variant
+
+
+def installed_wheel(site: Path, patched: Path) -> dict:
+    """What a patched wheel installed at `site` is: the version vLLM reports when imported from
+    there (a fresh Python, `site` alone on PYTHONPATH), where it imports from, its series marker,
+    and whether each file the series changes is byte-identical to the build tree's (`patched`:
+    the overlay's patched/ folder)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, importlib.metadata as m, vllm;"
+        "print(json.dumps({'version': m.version('vllm'), 'imported_from': vllm.__file__}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    marker = json.loads((site / "vllm" / "_patchbench.json").read_text())
+    differing = [
+        name
+        for name in marker["files"]
+        if not (patched / name).is_file()
+        or (site / name).read_bytes() != (patched / name).read_bytes()
+    ]
+    return {
+        **info,
+        "series_hash": marker["series_hash"],
+        "series_files": len(marker["files"]),
+        "files_differing_from_series": differing,
+    }

@@ -876,8 +876,8 @@ def kernels(version: str) -> list[dict]:
     return out
 
 
-def _only_variants(version: str, step: str) -> dict[str, str]:
-    """{registry slug: `only-NNNN` variant} of the patches whose registry steps name `step`."""
+def _patch_numbers(version: str, step: str) -> dict[str, str]:
+    """{registry slug: patch number NNNN} of the patches whose registry steps name `step`."""
     entries = registry.load()
     numbers = {}
     for patch in read_series(version):
@@ -885,56 +885,107 @@ def _only_variants(version: str, step: str) -> dict[str, str]:
         if entry:
             numbers[entry.slug] = patch.name[:4]
     slugs = registry.patches_for_record(version, step, entries)
-    return {slug: f"only-{numbers[slug]}" for slug in slugs if slug in numbers}
+    return {slug: numbers[slug] for slug in slugs if slug in numbers}
 
 
-def serve_ab(version: str) -> list[dict]:
-    """`python -m verify.ab serve` runs (scripts/gpu_ab.sh): one record per `only-NNNN` variant,
-    judged against pristine only where the same rounds' A/A and planted controls behaved."""
-    src = _load(version, "ab-serve")
+#: Serving A/B runs of the A/B core (scripts/gpu_ab.sh): step file -> (record, seed, workload).
+SERVE_AB = {
+    "ab-serve": (
+        "gpu-serve-ab",
+        "000",
+        "vllm bench serve in process, random 2 in / 512 out, 128 prompts, rate inf, "
+        "--ignore-eos, MRV2 (the default runner for Qwen3)",
+    ),
+    "ab-serve-ngram": (
+        "gpu-serve-ab-ngram",
+        "010",
+        "vllm bench serve in process, random 64 in / 512 out, 16 prompts, 4 at a time, "
+        "temperature 1, --ignore-eos; V1 runner with ngram speculative decoding (4 tokens); a "
+        "random model that repeats its last token, so drafts are proposed at every step",
+    ),
+}
+
+#: The metrics a serving A/B is judged on, in order of preference: the engine's token rate
+#: (the inverse of the server's own mean inter-token latency, free of the benchmark client's
+#: overhead), else the client's output throughput.
+SERVE_METRICS = {
+    "server_token_rate": "engine token rate (1 / server mean ITL)",
+    "output_throughput": "client output throughput",
+}
+
+
+def _patch_comparison(src: dict, number: str) -> tuple[str, str] | None:
+    """(baseline, variant) of the run's comparison for patch `number`: `only-NNNN` against
+    pristine, or `at-NNNN` against the series one patch earlier."""
+    for cmp in src["comparisons"]:
+        if cmp["variant"] in (f"only-{number}", f"at-{number}"):
+            return cmp["baseline"], cmp["variant"]
+    return None
+
+
+def _serve_ab_record(version: str, name: str) -> list[dict]:
+    record_step, seed, workload = SERVE_AB[name]
+    src = _load(version, name)
     if not src:
         return []
     src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
     done = ab_rounds.from_records(src["rounds"])
-    aa = ab_rounds.paired(done, "pristine", "pristine2", "output_throughput")
-    planted = ab_rounds.paired(done, "pristine", "planted", "output_throughput")
-    predicted = next(
-        (c.get("predicted_if_all_on_critical_path") for c in src["comparisons"]
-         if c["variant"] == "planted"),
-        None,
-    )  # fmt: skip
-    calibration = resolution.judge(aa, planted, predicted)
+    counted = [r for r in done if not r.warmup]
+    metric = next(
+        m for m in SERVE_METRICS if all(m in v for r in counted for v in r.values.values())
+    )
+    planted_cmp = next(c for c in src["comparisons"] if c["variant"] == "planted")
+    predicted = planted_cmp.get(metric, planted_cmp).get("predicted_if_all_on_critical_path")
     out = []
-    for variant in _only_variants(version, "gpu-serve-ab").values():
-        if variant not in src["variants"]:
-            continue  # this run did not measure the patch alone
-        ratio = ab_rounds.paired(done, "pristine", variant, "output_throughput")
+    for number in _patch_numbers(version, record_step).values():
+        pair = _patch_comparison(src, number)
+        if pair is None:
+            continue  # this run did not measure the patch
         rows = [
-            "| variant / pristine | output throughput ratio [95% CI] | n | MDE |",
-            "|---|---|---|---|",
-            *(
-                f"| {name} | {r.text()} | {r.n} | {r.mde:.1%} |"
-                for name, r in (("pristine2 (A/A)", aa), ("planted", planted), (variant, ratio))
-            ),
+            "| comparison | metric | ratio [95% CI] | n | MDE |",
+            "|---|---|---|---|---|",
         ]
-        perf = performance.judge(
-            ratio, 0.01, claim="faster", lower_is_better=False, what="output throughput"
-        )
+        named = [("pristine2 / pristine (A/A)", "pristine", "pristine2")]
+        named += [("planted / pristine", "pristine", "planted"), (f"{pair[1]} / {pair[0]}", *pair)]
+        if "wheel" in src["variants"]:
+            named.append(("patched CUDA wheel / pristine", "pristine", "wheel"))
+        for m, label in SERVE_METRICS.items():
+            if not all(m in v for r in counted for v in r.values.values()):
+                continue
+            for title, base, var in named:
+                r = ab_rounds.paired(done, base, var, m)
+                rows.append(f"| {title} | {label} | {r.text()} | {r.n} | {r.mde:.1%} |")
+        aa = ab_rounds.paired(done, "pristine", "pristine2", metric)
+        planted = ab_rounds.paired(done, "pristine", "planted", metric)
+        calibration = resolution.judge(aa, planted, predicted)
+        ratio = ab_rounds.paired(done, *pair, metric)
+        what = SERVE_METRICS[metric]
+        perf = performance.judge(ratio, 0.01, claim="faster", lower_is_better=False, what=what)
         if calibration.outcome == FAIL:
             verdict = Verdict(INCONCLUSIVE, f"the run's controls failed: {calibration.reason}")
         else:
             verdict = Verdict(perf.outcome, f"{perf.reason}; this run {calibration.reason}")
         numbers = {
+            "metric": metric,
+            "baseline": pair[0],
+            "variant": pair[1],
             "ratio": ratio.as_dict(),
             "calibration": calibration.outcome,
             **calibration.numbers,
             "startup_s": src["startup_s"],
-            "workload": "vllm bench serve in process, random 2 in / 512 out, 128 prompts, rate "
-            "inf, --ignore-eos, MRV2 (the default runner for Qwen3); 4 servers on one H100, one "
-            "measurement per variant per round, rotating order, 2 warm-up rounds discarded",
+            "wheel": src.get("wheel"),
+            "workload": f"{workload}; {len(src['variants'])} servers on one H100, one "
+            "measurement per variant per round, rotating order, warm-up rounds discarded",
         }
-        out.append(_record(src, "gpu-serve-ab", "000", verdict, numbers, tables=["\n".join(rows)]))
+        tables = ["\n".join(rows)]
+        out.append(_record(src, record_step, seed, verdict, numbers, tables=tables))
     return out
+
+
+def serve_ab(version: str) -> list[dict]:
+    """`python -m verify.ab serve` runs (scripts/gpu_ab.sh): one record per patch the run
+    measured, judged only where the same rounds' A/A and planted controls behaved."""
+    return [record for name in SERVE_AB for record in _serve_ab_record(version, name)]
 
 
 def records(version: str) -> list[dict]:
