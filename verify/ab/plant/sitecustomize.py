@@ -4,16 +4,15 @@ with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to 
 the size the delay could have (all of it on the critical path) can be computed per round.
 
 Put this folder first on PYTHONPATH of the planted variant only; every process started with it
-(API server, engine core) installs the hook. Self-contained on purpose (the same import-hook
-shape as verify/e2e/shims/sitecustomize.py): Python runs it before `verify` is importable."""
+(API server, engine core) installs the hook (verify/after_import.py, loaded by path: Python
+runs this file before `verify` is importable)."""
 
-import importlib.abc
-import importlib.machinery
+import importlib.util
 import os
 import sys
 import time
 
-_TARGET = "vllm.v1.core.sched.scheduler"
+_HOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "after_import.py")
 _DELAY_S = float(os.environ.get("PATCHBENCH_PLANT_DELAY_MS", "0")) / 1000
 _COUNT_FILE = os.environ.get("PATCHBENCH_PLANT_COUNT")
 
@@ -34,26 +33,16 @@ def _planted(schedule):
     return wrapper
 
 
-class _PlantHook(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        original = spec.loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            module.Scheduler.schedule = _planted(module.Scheduler.schedule)
-            module.PATCHBENCH_PLANTED_DELAY_S = _DELAY_S
-
-        spec.loader.exec_module = exec_module
-        return spec
+def _plant(module) -> None:
+    module.Scheduler.schedule = _planted(module.Scheduler.schedule)
+    module.PATCHBENCH_PLANTED_DELAY_S = _DELAY_S
 
 
 if _DELAY_S > 0:
-    sys.meta_path.insert(0, _PlantHook())
+    _spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
+    _hooks = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_hooks)
+    _hooks.after_import("vllm.v1.core.sched.scheduler", _plant)
 
 
 def _chain_next_sitecustomize() -> None:

@@ -7,30 +7,19 @@ with "Found no NVIDIA driver" on a machine without a GPU. This hook sets that de
 when the module is first imported, in every process (the engine core and its workers are
 separate processes that inherit PYTHONPATH)."""
 
-import importlib.abc
-import importlib.machinery
-import sys
+import importlib.util
+import os
 
-_TARGET = "vllm.utils.torch_utils"
-
-
-class _NoPinHook(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        original = spec.loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            fn = module.async_tensor_h2d
-            fn.__defaults__ = tuple(False if isinstance(d, bool) else d for d in fn.__defaults__)
-            module.PATCHBENCH_NO_PIN_SHIM = True
-
-        spec.loader.exec_module = exec_module
-        return spec
+_HOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "after_import.py")
+_spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
+_hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_hooks)
 
 
-sys.meta_path.insert(0, _NoPinHook())
+def _no_pin(module) -> None:
+    fn = module.async_tensor_h2d
+    fn.__defaults__ = tuple(False if isinstance(d, bool) else d for d in fn.__defaults__)
+    module.PATCHBENCH_NO_PIN_SHIM = True
+
+
+_hooks.after_import("vllm.utils.torch_utils", _no_pin)
