@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import math
 import os
@@ -31,7 +30,6 @@ import platform
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -50,6 +48,13 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
 
 from verify import stats  # noqa: E402
+from verify.ab.engines import (  # noqa: E402  (the A/B core's engine lifecycle)
+    Engine,
+    digest,
+    prompt_batch,
+    serve_requests,
+    timed_generate,
+)
 from verify.ab.servers import Server  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
 from verify.gpu.device import (  # noqa: E402  (the device edge: paths, models, import roots)
     BUNDLE,
@@ -102,10 +107,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def digest(obj: object) -> str:
-    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # engine worker (a child process; PYTHONPATH = one variant's import root)
 def worker(args: argparse.Namespace) -> None:
@@ -116,20 +117,12 @@ def worker(args: argparse.Namespace) -> None:
     model = build_grit_model() if spec.get("model") == "grit" else MODEL
     llm = LLM(model=str(model), seed=0, **spec["engine"])
     ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid()}
-    _atomic_write(Path(args.result_prefix + "-ready.json"), ready)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "exit":
-            break
+
+    def handle(request: dict) -> dict:
         config = spec["configs"][request["config"]]
-        result = _run_config(llm, spec, config, warmup=request.get("warmup", False))
-        _atomic_write(Path(f"{args.result_prefix}-{request['seq']}.json"), result)
+        return _run_config(llm, spec, config, warmup=request.get("warmup", False))
 
-
-def _atomic_write(path: Path, data: object) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    serve_requests(handle, args.result_prefix, ready)
 
 
 def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
@@ -153,29 +146,15 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
     batch, input_len = config["batch"], config.get("input_len", spec.get("input_len", 32))
     output_len = 8 if warmup else config["output_len"]
     period = spec.get("prompt_period")  # repeated phrases give the ngram proposer matches
-    prompts = []
-    for _ in range(4 if warmup else batch):
-        ids = [rng.randrange(10, 4000) for _ in range(period or input_len)]
-        prompts.append({"prompt_token_ids": (ids * input_len)[:input_len]})
+    prompts = prompt_batch(4 if warmup else batch, input_len, rng, period)
     sampling = [
         SamplingParams(max_tokens=output_len, ignore_eos=True, seed=1000 + i, **config["params"])
         for i in range(len(prompts))
     ]
     _timers_call("reset")
     before = _spec_counters(llm) if "speculative_config" in spec["engine"] else None
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, sampling, use_tqdm=False)
-    elapsed = time.perf_counter() - t0
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
-    n_tokens = sum(len(t) for t in tokens)
-    result = {
-        "elapsed_s": elapsed,
-        "output_tokens": n_tokens,
-        "tok_per_s": n_tokens / elapsed,
-        "token_ids_hash": digest(tokens),
-        "first_tokens": tokens[0][:16],
-        "attribution": None if warmup else attribution(_timers_call("snapshot")),
-    }
+    result = timed_generate(llm, prompts, sampling)
+    result["attribution"] = None if warmup else attribution(_timers_call("snapshot"))
     if before is not None:
         after = _spec_counters(llm)
         result["spec_decode"] = {k: after[k] - before.get(k, 0) for k in after}
@@ -222,53 +201,17 @@ def attribution(timers: dict | None) -> dict[str, float] | None:
     return out
 
 
-class Engine:
-    """One variant's LLM in a worker process, driven through stdin; results come back as files."""
-
-    def __init__(self, step: str, variant: str, out: Path, env: dict[str, str]) -> None:
-        self.prefix = str(out / "raw" / f"{step}-{variant}")
-        self.seq = 0
-        self.log = open(self.prefix + ".log", "w")
-        cmd = [sys.executable, str(HERE), "_worker", "--step", step, "--result-prefix", self.prefix]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        self.ready = self._wait(Path(self.prefix + "-ready.json"), timeout=400)
-
-    def _wait(self, path: Path, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while not path.exists():
-            if self.proc.poll() is not None:
-                tail = Path(self.prefix + ".log").read_text()[-3000:]
-                raise RuntimeError(f"worker {self.prefix} exited ({self.proc.returncode}):\n{tail}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"worker {self.prefix}: no {path.name} after {timeout:.0f} s")
-            time.sleep(0.2)
-        return json.loads(path.read_text())
-
-    def call(self, config: str, warmup: bool = False, timeout: float = 400) -> dict:
-        self.seq += 1
-        self.proc.stdin.write(
-            json.dumps({"op": "run", "config": config, "seq": self.seq, "warmup": warmup}) + "\n"
-        )
-        self.proc.stdin.flush()
-        return self._wait(Path(f"{self.prefix}-{self.seq}.json"), timeout)
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        except Exception:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.log.close()
+def start_engine(step: str, variant: str, out: Path, env: dict[str, str]) -> Engine:
+    """One variant's LLM for `step` in a worker process (verify.ab.engines.Engine)."""
+    prefix = out / "raw" / f"{step}-{variant}"
+    cmd = [sys.executable, str(HERE), "_worker", "--step", step, "--result-prefix", str(prefix)]
+    engine = Engine(cmd, env, prefix, f"{step} {variant} engine").start()
+    try:
+        engine.wait_ready(timeout=400)
+    except BaseException:
+        engine.stop()
+        raise
+    return engine
 
 
 def run_engine_step(name: str, out: Path, meta: dict) -> dict:
@@ -282,18 +225,18 @@ def run_engine_step(name: str, out: Path, meta: dict) -> dict:
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_SAMPLE_TOKENS_TIMING="1")
             compile_env(env, name)
             say(f"{name}: starting {variant} engine")
-            engines[variant] = Engine(name, variant, out, env)
+            engines[variant] = start_engine(name, variant, out, env)
             data["startup"][variant] = engines[variant].ready
             say(f"{name}: {variant} ready in {engines[variant].ready['startup_s']:.0f} s")
         for config in spec["configs"]:
             for engine in engines.values():
-                engine.call(config, warmup=True)
+                engine.call({"op": "run", "config": config, "warmup": True}, 400)
         variants = list(spec["variants"])
         for repeat in range(spec.get("repeats", 1)):
             for i, config in enumerate(spec["configs"]):
                 order = variants if (repeat + i) % 2 == 0 else variants[::-1]
                 for variant in order:
-                    result = engines[variant].call(config)
+                    result = engines[variant].call({"op": "run", "config": config}, 400)
                     data["rounds"].append(
                         {"repeat": repeat, "config": config, "variant": variant, **result}
                     )
@@ -302,7 +245,7 @@ def run_engine_step(name: str, out: Path, meta: dict) -> dict:
                 write_json(out / f"{name}.json", data)
     finally:
         for engine in engines.values():
-            engine.close()
+            engine.stop()
     data["summary"] = summarize(spec, data["rounds"])
     return data
 

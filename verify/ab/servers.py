@@ -30,6 +30,22 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text[-lines:])
 
 
+def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM the process group led by `proc`, SIGKILL it after `grace` s, and make sure no
+    member of the group is left once the leader is gone."""
+    pid = proc.pid
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        break
+
+
 class ServerError(PatchbenchError):
     """The server could not be started or never became healthy."""
 
@@ -124,18 +140,7 @@ class Server:
     def stop(self, grace: float = 20) -> None:
         if self.proc is None:
             return
-        pid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, sig)
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            # the leader is gone; make sure no member of its group is left
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            break
+        stop_group(self.proc, grace)
         with contextlib.suppress(Exception):
             self._fh.close()
         self.proc = None

@@ -1,0 +1,269 @@
+"""Engine lifecycle of the A/B core: one vLLM `LLM` per variant in its own worker process (the
+variant's import root first on PYTHONPATH, its own environment), driven by one JSON request
+per line on stdin ("run config X"); each result comes back as a file, so a slow or dying
+engine never leaves the driver half-reading a pipe.
+
+Driver side: `Engine` (start, wait until the worker wrote its ready file, `call`, `stop` with
+no child left). Worker side: `python -m verify.ab.engines --model M --engine-args JSON
+--prefix P` builds the `LLM`, writes `P-ready.json` (start-up time and what it imported) and
+answers every request with `P-<seq>.json`: generated tokens, wall seconds of the
+`LLM.generate`, output tokens per second and a digest of the token ids (identity across
+variants). Standard library only at import: the worker imports vLLM from the variant's root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from verify.ab.servers import log_tail, say, stop_group
+from verify.errors import PatchbenchError
+
+#: What a config may set: SamplingParams fields, and the batch shape.
+SAMPLING_KEYS = (
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "top_k",
+    "top_p",
+    "temperature",
+    "seed",
+)
+SHAPE_KEYS = ("batch", "output_len", "input_len")
+INPUT_LEN = 32
+#: Request i of a batch samples with seed FIRST_SEED + i (a config's "seed" replaces it).
+FIRST_SEED = 1000
+#: Prompt token ids are drawn from [10, PROMPT_ID_HIGH) (capped at the model's vocabulary).
+PROMPT_ID_HIGH = 4000
+
+
+class EngineError(PatchbenchError):
+    """An engine worker died, timed out, or failed a request."""
+
+
+def check_config(name: str, config: dict) -> dict:
+    """`config` with its input length filled in; a named error for unknown or missing keys."""
+    unknown = sorted(set(config) - set(SAMPLING_KEYS) - set(SHAPE_KEYS))
+    if unknown:
+        raise EngineError(
+            f"config {name!r}: unknown keys {unknown}; allowed: {[*SAMPLING_KEYS, *SHAPE_KEYS]}"
+        )
+    missing = [k for k in ("batch", "output_len") if not isinstance(config.get(k), int)]
+    if missing:
+        raise EngineError(f"config {name!r}: {missing} must be given as integers")
+    return {"input_len": INPUT_LEN, **config}
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()
+
+
+def prompt_batch(
+    count: int,
+    input_len: int,
+    rng: random.Random,
+    period: int | None = None,
+    high: int = PROMPT_ID_HIGH,
+) -> list[dict]:
+    """`count` prompts of `input_len` random token ids (a phrase of `period` ids repeated, when
+    given: the ngram proposer then finds matches)."""
+    prompts = []
+    for _ in range(count):
+        ids = [rng.randrange(10, high) for _ in range(period or input_len)]
+        prompts.append({"prompt_token_ids": (ids * input_len)[:input_len]})
+    return prompts
+
+
+def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
+    """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest."""
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, sampling, use_tqdm=False)
+    elapsed = time.perf_counter() - t0
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    n_tokens = sum(len(t) for t in tokens)
+    return {
+        "elapsed_s": elapsed,
+        "output_tokens": n_tokens,
+        "tok_per_s": n_tokens / elapsed,
+        "token_ids_hash": digest(tokens),
+        "first_tokens": tokens[0][:16],
+    }
+
+
+def run_config(llm, config: dict, warmup_tokens: int = 0) -> dict:
+    """`config`'s batch (the same prompts and per-request seeds every time), `warmup_tokens`
+    long instead of its output length when given; `ignore_eos`, so every request generates
+    exactly its length."""
+    from vllm import SamplingParams
+
+    params = {k: config[k] for k in SAMPLING_KEYS if k in config}
+    seed = params.pop("seed", FIRST_SEED)
+    high = min(PROMPT_ID_HIGH, llm.model_config.get_vocab_size())
+    prompts = prompt_batch(config["batch"], config["input_len"], random.Random(0), high=high)
+    max_tokens = warmup_tokens or config["output_len"]
+    sampling = [
+        SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seed + i, **params)
+        for i in range(len(prompts))
+    ]
+    return timed_generate(llm, prompts, sampling)
+
+
+def atomic_write(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def serve_requests(handle: Callable[[dict], dict], prefix: str, ready: dict) -> None:
+    """The worker's loop: write `<prefix>-ready.json`, then answer each stdin request with
+    `<prefix>-<seq>.json` (an exception becomes {"error": traceback}) until {"op": "exit"}."""
+    atomic_write(Path(prefix + "-ready.json"), ready)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("op") == "exit":
+            break
+        try:
+            result = handle(request)
+        except Exception:
+            result = {"error": traceback.format_exc()[-4000:]}
+        atomic_write(Path(f"{prefix}-{request['seq']}.json"), result)
+
+
+def worker_provenance() -> dict:
+    """What this worker runs on and imported (read here, in the variant's process)."""
+    import torch
+    import vllm
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "vllm": vllm.__version__,
+        "vllm_file": vllm.__file__,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")},
+    }
+
+
+class Engine:
+    """One variant's `LLM` in a worker process (its own process group), driven through stdin;
+    results come back as files `<prefix>-<seq>.json`."""
+
+    def __init__(self, cmd: list[str], env: dict, prefix: Path, label: str = "engine") -> None:
+        self.cmd, self.env, self.prefix, self.label = cmd, env, str(prefix), label
+        self.log = Path(self.prefix + ".log")
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict = {}
+        self.seq = 0
+
+    def start(self) -> Engine:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.log, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdin=subprocess.PIPE,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            start_new_session=True,
+        )
+        say(f"{self.label}: started pid {self.proc.pid} (log {self.log})")
+        return self
+
+    def _wait(self, path: Path, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if self.proc.poll() is not None:
+                raise EngineError(
+                    f"{self.label} exited with code {self.proc.returncode}; log tail "
+                    f"({self.log}):\n{log_tail(self.log)}"
+                )
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"{self.label}: no {path.name} after {timeout:.0f} s; log tail "
+                    f"({self.log}):\n{log_tail(self.log)}"
+                )
+            time.sleep(0.2)
+        return json.loads(path.read_text())
+
+    def wait_ready(self, timeout: float = 600) -> dict:
+        self.ready = self._wait(Path(self.prefix + "-ready.json"), timeout)
+        say(f"{self.label}: ready in {self.ready.get('startup_s', 0):.0f} s")
+        return self.ready
+
+    def call(self, request: dict, timeout: float = 600) -> dict:
+        """Send one request and wait for its result file (EngineError on a worker error)."""
+        self.seq += 1
+        self.proc.stdin.write(json.dumps({**request, "seq": self.seq}) + "\n")
+        self.proc.stdin.flush()
+        result = self._wait(Path(f"{self.prefix}-{self.seq}.json"), timeout)
+        if "error" in result:
+            raise EngineError(f"{self.label}: request {request} failed:\n{result['error']}")
+        return result
+
+    def stop(self, grace: float = 60) -> None:
+        """Ask the worker to exit; stop its process group when it does not within `grace`."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=grace)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        stop_group(self.proc, grace=10)
+        self._fh.close()
+        self.proc = None
+
+
+def worker_command(python: str, model: str, engine_args: dict, prefix: Path) -> list[str]:
+    """The worker of `python -m verify.ab engine` (the repo root must be on PYTHONPATH)."""
+    return [
+        python,
+        "-m",
+        "verify.ab.engines",
+        "--model",
+        model,
+        "--engine-args",
+        json.dumps(engine_args),
+        "--prefix",
+        str(prefix),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="engine worker of the A/B core (one LLM)")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--engine-args", default="{}", help="JSON: keyword arguments of LLM")
+    parser.add_argument("--prefix", required=True, help="result files <prefix>-<seq>.json")
+    args = parser.parse_args(argv)
+    from vllm import LLM
+
+    t0 = time.perf_counter()
+    llm = LLM(model=args.model, seed=0, **json.loads(args.engine_args))
+    ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid(), **worker_provenance()}
+
+    def handle(request: dict) -> dict:
+        return run_config(llm, request["config"], request.get("warmup_tokens", 0))
+
+    serve_requests(handle, args.prefix, ready)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Results are written; skip interpreter teardown, where the engine's C++ threads can abort
+    # the process after the work is done (as verify/e2e/worker.py does).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
