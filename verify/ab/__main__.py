@@ -28,12 +28,15 @@ import platform
 import shlex
 import sys
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verify.ab import rounds as ab_rounds
+from verify.ab.engines import SAMPLING_KEYS, Engine, EngineError, check_config, worker_command
 from verify.ab.servers import Server, free_port, say
 
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_variant(spec: str, base_site: str) -> tuple[str, list[str], dict[str, str]]:
@@ -61,15 +64,21 @@ def is_full_install(site: Path) -> bool:
     return any(site.glob("vllm-*.dist-info/METADATA"))
 
 
-def server_for(name: str, paths: list[str], env: dict, args, work: Path) -> Server:
-    port = free_port()
-    full_env = {
+def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
+    """The process environment of one variant: its import roots, its own compile cache,
+    Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),
-        "VLLM_CACHE_ROOT": str(work / "cache" / name),
+        "VLLM_CACHE_ROOT": str(cache / name),
         "TORCHINDUCTOR_DETERMINISTIC": "1",
         **env,
     }
+
+
+def server_for(name: str, paths: list[str], env: dict, args, work: Path) -> Server:
+    port = free_port()
+    full_env = variant_env(name, paths, env, work / "cache")
     if "PATCHBENCH_PLANT_DELAY_MS" in env:
         full_env["PATCHBENCH_PLANT_COUNT"] = str(work / f"plant-count-{name}")
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model]
@@ -88,14 +97,20 @@ def read_count(path: Path) -> tuple[int, float]:
         return 0, 0.0
 
 
-def provenance() -> dict:
-    """Python, CPU, GPU, torch and vLLM of the machine running the A/B (read here, not assumed)."""
+def host_provenance() -> dict:
+    """Python and CPU of the machine running the A/B driver (read here, not assumed)."""
     out: dict = {"python": platform.python_version(), "cpu": platform.processor(), "gpu": None}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 out["cpu"] = line.split(":", 1)[1].strip()
                 break
+    return out
+
+
+def provenance() -> dict:
+    """Python, CPU, GPU, torch and vLLM of the machine running the A/B (read here, not assumed)."""
+    out = host_provenance()
     with contextlib.suppress(Exception):
         import torch
 
@@ -132,6 +147,16 @@ def planted_prediction(
 METRICS = ("output_throughput", "server_token_rate")
 
 
+def record_head(kind: str, args, variants: dict, machine: dict) -> dict:
+    """The start of a record: kind, argv, machine, date, the caller's --meta, the variants."""
+    record: dict = {"kind": kind, "argv": sys.argv[1:], "machine": machine}
+    record["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    if args.meta:  # what the caller knows of the run (version, series and patch hashes, command)
+        record.update(json.loads(Path(args.meta).read_text()))
+    record["variants"] = {n: {"pythonpath": p, "env": e} for n, (p, e) in variants.items()}
+    return record
+
+
 def serve(args) -> int:
     from verify.ab.vllm_bench import bench_args, run_bench
 
@@ -146,11 +171,7 @@ def serve(args) -> int:
     if unknown:
         raise SystemExit(f"--compare names unknown variants {sorted(unknown)}")
     started = time.monotonic()
-    record: dict = {"kind": "serve-ab", "argv": sys.argv[1:], "machine": provenance()}
-    record["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    if args.meta:  # what the caller knows of the run (version, series and patch hashes, command)
-        record.update(json.loads(Path(args.meta).read_text()))
-    record["variants"] = {n: {"pythonpath": p, "env": e} for n, (p, e) in variants.items()}
+    record = record_head("serve-ab", args, variants, provenance())
     with contextlib.ExitStack() as stack:
         servers = {n: server_for(n, p, e, args, work) for n, (p, e) in variants.items()}
         for srv in servers.values():
@@ -218,6 +239,272 @@ def serve(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# engine A/B: one LLM per variant, cells = variant/config, one stage of rounds per batch shape
+
+
+def parse_config(spec: str) -> tuple[str, dict]:
+    """`NAME=JSON` -> (name, config with its input length filled in)."""
+    name, _, text = spec.partition("=")
+    if not name or "/" in name or ":" in name:
+        raise SystemExit(f"--config {spec!r}: expected NAME=JSON (NAME without / or :)")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--config {spec!r}: the value is not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise SystemExit(f"--config {spec!r}: the value must be a JSON object")
+    try:
+        return name, check_config(name, config)
+    except EngineError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def shape_of(config: dict) -> tuple[int, int, int]:
+    """(batch, input length, output length): cells of one shape share a stage's rounds."""
+    return config["batch"], config["input_len"], config["output_len"]
+
+
+@dataclass
+class Stage:
+    """The cells of one batch shape, measured in rounds of their own."""
+
+    shape: tuple[int, int, int]
+    cells: list[str]
+    status: str = "not run: not reached"
+    rounds: list[ab_rounds.Round] = field(default_factory=list)
+
+
+def plan_stages(cells: list[str], configs: dict[str, dict]) -> list[Stage]:
+    """One stage per shape, in the order the shapes first appear among the cells."""
+    stages: dict[tuple, Stage] = {}
+    for cell in cells:
+        shape = shape_of(configs[cell.split("/", 1)[1]])
+        stages.setdefault(shape, Stage(shape, [])).cells.append(cell)
+    return list(stages.values())
+
+
+def rate_key(cell: str, configs: dict[str, dict]) -> tuple[str, str]:
+    """(variant, sampling parameters): cells whose seconds per token are alike."""
+    variant, config = cell.split("/", 1)
+    params = {k: v for k, v in configs[config].items() if k in SAMPLING_KEYS}
+    return variant, json.dumps(params, sort_keys=True)
+
+
+def estimate_round_s(stage: Stage, configs: dict, rates: dict) -> float | None:
+    """A round's seconds from the seconds per token measured so far (the slowest rate for a
+    cell not seen yet); None before anything was measured."""
+    if not rates:
+        return None
+    slowest = max(rates.values())
+    total = 0.0
+    for cell in stage.cells:
+        batch, _, output_len = shape_of(configs[cell.split("/", 1)[1]])
+        total += batch * output_len * rates.get(rate_key(cell, configs), slowest)
+    return total
+
+
+def cells_of(args, variants: dict, configs: dict) -> list[str]:
+    cells = args.cell or [f"{v}/{c}" for v in variants for c in configs]
+    split = [c.partition("/") for c in cells]
+    bad = [f"{v}/{c}" for v, _, c in split if v not in variants or c not in configs]
+    if bad:
+        raise SystemExit(f"--cell names unknown variants or configs: {bad} (VARIANT/CONFIG)")
+    return list(dict.fromkeys(cells))
+
+
+def comparisons_of(args, cells: list[str], configs: dict) -> list[tuple[str, str]]:
+    pairs = [tuple(c.split(":")) for c in args.compare]
+    for pair in pairs:
+        if len(pair) != 2 or not set(pair) <= set(cells):
+            raise SystemExit(f"--compare {':'.join(pair)}: expected CELL:CELL of measured cells")
+        a, b = (configs[c.split("/", 1)[1]] for c in pair)
+        if shape_of(a) != shape_of(b):
+            raise SystemExit(
+                f"--compare {':'.join(pair)}: the cells have different shapes, so they are "
+                "never measured in the same round"
+            )
+    return pairs
+
+
+def start_engines(variants: dict, args, work: Path) -> dict[str, Engine]:
+    """Every variant's worker started at once (start-up overlaps), then waited for."""
+    engines = {}
+    for name, (paths, env) in variants.items():
+        full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, Path(args.cache_root))
+        full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
+        engines[name] = Engine(cmd, full_env, work / name, f"{name} engine").start()
+    return engines
+
+
+def check_capacity(engines: dict[str, Engine], configs: dict, cells: list[str]) -> None:
+    """Every cell's batch fits its engine's KV cache without preemption (where it reported its
+    size); an EngineError naming the cell otherwise."""
+    for cell in cells:
+        variant, name = cell.split("/", 1)
+        kv = engines[variant].ready.get("kv_cache_tokens")
+        batch, input_len, output_len = shape_of(configs[name])
+        if kv and batch * (input_len + output_len) > kv:
+            raise EngineError(
+                f"{cell}: {batch} x ({input_len} + {output_len}) tokens exceed the engine's KV "
+                f"cache of {kv} tokens (it would preempt); give more KV cache or a smaller shape"
+            )
+
+
+def run_stages(stages, engines, configs, args, deadline: float) -> None:
+    """Each stage: one warm-up call per cell, then rounds in rotating order within an equal
+    share of the time left; a stage whose round cannot fit in the time left is not run."""
+    rates: dict[tuple, float] = {}
+
+    def measure(cell: str, index: int) -> dict:
+        variant, name = cell.split("/", 1)
+        config = configs[name]
+        left = deadline + args.grace_s - time.monotonic()
+        if left <= 0:
+            raise EngineError(f"{cell}: out of time before the measurement")
+        result = engines[variant].call({"config": config}, timeout=left)
+        expected = config["batch"] * config["output_len"]
+        if result["output_tokens"] != expected:
+            raise EngineError(
+                f"{cell}: generated {result['output_tokens']} tokens, expected {expected} "
+                "(batch x output_len with ignore_eos): the requests were cut short"
+            )
+        rates[rate_key(cell, configs)] = result["elapsed_s"] / result["output_tokens"]
+        keep = ("tok_per_s", "elapsed_s", "output_tokens", "token_ids_hash")
+        return {k: result[k] for k in keep}
+
+    for i, stage in enumerate(stages):
+        left = deadline - time.monotonic()
+        estimate = estimate_round_s(stage, configs, rates)
+        if left <= 0 or (estimate is not None and estimate > left):
+            need = f"a round needs about {estimate:.0f} s, " if estimate else ""
+            stage.status = f"not run: out of time ({need}{max(left, 0):.0f} s left)"
+            say(f"stage B={stage.shape[0]} L={stage.shape[2]}: {stage.status}")
+            continue
+        share = left / (len(stages) - i)
+        t0 = time.monotonic()
+        stage.status = "stopped during warm-up"
+        for cell in stage.cells:
+            variant, name = cell.split("/", 1)
+            engines[variant].call({"config": configs[name], "warmup_tokens": args.warmup_tokens})
+
+        def progress(rnd: ab_rounds.Round, stage: Stage = stage) -> None:
+            stage.rounds.append(rnd)
+            stage.status = f"ran {len(stage.rounds)} rounds"
+            tput = ", ".join(f"{c} {v['tok_per_s']:.0f}" for c, v in rnd.values.items())
+            say(f"B={stage.shape[0]} L={stage.shape[2]} round {rnd.index}: {tput} tok/s")
+
+        stage.status = "stopped in its first round"
+        ab_rounds.run_rounds(
+            measure,
+            stage.cells,
+            args.rounds,
+            warmup=args.warmup,
+            budget_s=share - (time.monotonic() - t0),
+            on_round=progress,
+        )
+        if len(stage.rounds) < args.warmup + args.rounds:
+            stage.status += f" of {args.warmup + args.rounds} (its share of the time ran out)"
+
+
+def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) -> None:
+    """Rounds (numbered across stages), stages, comparisons and token identity into `record`."""
+    flat, record["stages"] = [], []
+    for stage in stages:
+        rounds = [replace(r, index=len(flat) + k) for k, r in enumerate(stage.rounds)]
+        flat += rounds
+        batch, input_len, output_len = stage.shape
+        record["stages"].append(
+            {
+                "batch": batch,
+                "input_len": input_len,
+                "output_len": output_len,
+                "cells": stage.cells,
+                "status": stage.status,
+                "rounds": [r.index for r in rounds],
+            }
+        )
+    record["rounds"] = ab_rounds.as_records(flat)
+    record["comparisons"] = []
+    for base, var in pairs:
+        stage = next(s for s in stages if base in s.cells and var in s.cells)
+        if not any(not r.warmup for r in stage.rounds):
+            cmp = {"baseline": base, "variant": var, "metric": "tok_per_s", "outcome": "not run"}
+            record["comparisons"].append({**cmp, "reason": stage.status})
+            continue
+        cmp = ab_rounds.compare(
+            stage.rounds, base, var, "tok_per_s", threshold=threshold, higher_is_better=True
+        )
+        record["comparisons"].append(cmp)
+        say(f"{cmp['text']} -> {cmp['outcome']}")
+    hashes: dict[str, dict[str, set]] = {}
+    for rnd in flat:
+        for cell, values in rnd.values.items():
+            variant, config = cell.split("/", 1)
+            hashes.setdefault(config, {}).setdefault(variant, set()).add(values["token_ids_hash"])
+    record["tokens"] = {
+        config: {
+            "identical": len(set().union(*per.values())) == 1,
+            **{v: sorted(h) for v, h in per.items()},
+        }
+        for config, per in hashes.items()
+    }
+
+
+def engine(args) -> int:
+    """`python -m verify.ab engine`: see the epilog of its --help."""
+    started = time.monotonic()
+    deadline = started + args.budget_s
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    variants = {
+        name: (paths, env)
+        for name, paths, env in (parse_variant(v, args.base_site) for v in args.variant)
+    }
+    configs = dict(parse_config(c) for c in args.config)
+    cells = cells_of(args, variants, configs)
+    pairs = comparisons_of(args, cells, configs)
+    stages = plan_stages(cells, configs)
+    record = record_head("engine-ab", args, variants, host_provenance())
+    record.update(configs=configs, cells=cells, engine_args=json.loads(args.engine_args))
+    record["metric"] = "tok_per_s (output tokens / wall s of one LLM.generate); ratio = B/A"
+    engines: dict[str, Engine] = {}
+    code = 0
+    try:
+        engines = start_engines(variants, args, work)
+        ready = {n: e.wait_ready(args.start_s) for n, e in engines.items()}
+        record["startup_s"] = {n: round(r["startup_s"], 1) for n, r in ready.items()}
+        record["workers"] = ready
+        first = next(iter(ready.values()))
+        record["machine"].update({k: first.get(k) for k in ("gpu", "torch", "vllm")})
+        check_capacity(engines, configs, cells)
+        run_stages(stages, engines, configs, args, deadline)
+    except (EngineError, KeyboardInterrupt) as exc:
+        record["stopped"] = str(exc) or type(exc).__name__
+        say(f"stopped: {record['stopped'][:2000]}")
+        code = 1
+    finally:
+        stage_results(record, stages, pairs, args.threshold)
+        record["wall_s"] = round(time.monotonic() - started, 1)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        say(f"wrote {args.out}")
+        for eng in engines.values():
+            eng.stop(grace=5 if code else 60)
+    return code
+
+
+ENGINE_EPILOG = """\
+A cell is VARIANT/CONFIG; by default every variant runs every config (--cell picks some).
+Cells of one batch shape (batch, input_len, output_len) form a stage: a warm-up call per cell
+(--warmup-tokens long), then rounds in which every cell of the stage is measured once, in
+rotating order. Stages run one after another, each within an equal share of the time left;
+a stage whose round no longer fits is recorded as "not run: out of time". The record is
+written whatever happens (a failure or SIGINT keeps every whole round).
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m verify.ab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -236,12 +523,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default="ab-work")
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
+    p = sub.add_parser(
+        "engine",
+        help="generation A/B of variants x configs, one LLM per variant",
+        epilog=ENGINE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True)
+    p.add_argument("--base-site", default="", help="the vLLM import root every variant builds on")
+    p.add_argument("--variant", action="append", required=True, help="NAME=SITE[,KEY=VALUE...]")
+    p.add_argument(
+        "--config",
+        action="append",
+        required=True,
+        help="NAME=JSON: batch, output_len, input_len (default 32) and SamplingParams "
+        f"({', '.join(SAMPLING_KEYS)}; seed: request i gets seed+i)",
+    )
+    p.add_argument("--cell", action="append", default=[], help="VARIANT/CONFIG (default: all)")
+    p.add_argument("--compare", action="append", default=[], help="CELL:CELL (ratio B/A)")
+    p.add_argument("--engine-args", default="{}", help="JSON: keyword arguments of vllm.LLM")
+    p.add_argument("--python", default=sys.executable, help="the workers' Python")
+    p.add_argument("--rounds", type=int, default=20, help="rounds per stage (at most)")
+    p.add_argument("--warmup", type=int, default=0, help="discarded rounds per stage")
+    p.add_argument("--warmup-tokens", type=int, default=16, help="the warm-up call's length")
+    p.add_argument("--budget-s", type=float, default=1e9, help="all stages end by then")
+    p.add_argument("--grace-s", type=float, default=30, help="a measurement may overrun by this")
+    p.add_argument("--start-s", type=float, default=600, help="engine start-up timeout")
+    p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
+    p.add_argument("--work", default="ab-work")
+    p.add_argument("--cache-root", default="ab-work/cache", help="VLLM_CACHE_ROOT/<variant>")
+    p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
+    p.add_argument("--out", required=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return serve(args)
+    return engine(args) if args.command == "engine" else serve(args)
 
 
 if __name__ == "__main__":

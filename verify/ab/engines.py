@@ -154,6 +154,13 @@ def worker_provenance() -> dict:
     }
 
 
+def kv_cache_tokens(llm) -> int | None:
+    """Tokens the engine's KV cache holds (blocks x block size), where the engine says."""
+    cache = llm.llm_engine.vllm_config.cache_config
+    blocks = getattr(cache, "num_gpu_blocks", None)
+    return blocks * cache.block_size if blocks else None
+
+
 class Engine:
     """One variant's `LLM` in a worker process (its own process group), driven through stdin;
     results come back as files `<prefix>-<seq>.json`."""
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     llm = LLM(model=args.model, seed=0, **json.loads(args.engine_args))
     ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid(), **worker_provenance()}
+    ready["kv_cache_tokens"] = kv_cache_tokens(llm)
 
     def handle(request: dict) -> dict:
         return run_config(llm, request["config"], request.get("warmup_tokens", 0))

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One device call of issue 22's penalty-cost A/B (python -m verify.ab engine, V1 runner): one
+# LLM per variant, started at once, each config run as LLM.generate of B requests x L tokens
+# (32 random prompt tokens, ignore_eos, seeded per request), cells in rotating order per shape.
+#   pristine  the bundle                      series   0.22.0 series, penalty state off
+#   patched   the series with 0011's device penalty state (its default on CUDA)
+# series: VLLM_V1_PENALTY_STATE=0 on the patched site (PB_SERIES=switch, the default), or the
+# series through 0010 from the overlay's at-0010 root (PB_SERIES=at-0010; pack it with
+# `python -m verify.gpu_overlay 0.22.0 --at-patch 0010`).
+# Samplings: plain (temperature 1, no top-k/top-p), pen (plain + presence 1.5, frequency 0.5,
+# repetition 1.1), plain-topkp / pen-topkp (top_k 50, top_p 0.9).
+# Knobs (the H100's time is the limit; a round of one shape measures every cell once):
+#   PB_DEADLINE=540           s from the script's start: everything, engine start-up included
+#   PB_VARIANTS="series patched"   any of pristine series patched
+#   PB_SHAPES="64x2048"       BxL shapes of series and patched (e.g. "32x2048 128x2048")
+#   PB_PRISTINE_SHAPES="64x2048"   pristine's shapes (it is ~5x slower with penalties)
+#   PB_SAMPLING="plain pen"   add plain-topkp pen-topkp for the top-k/top-p rows
+#   PB_ROUNDS=20              rounds per shape at most (each shape: an equal share of time)
+# KV cache per engine: the largest shape's B x (32 + L) tokens (no preemption); the script
+# refuses shapes whose engines do not fit the GPU together (B=256 or L=8160 at B=64: one
+# engine alone). Needs the bundle installed and .gpu/overlay carried (packed with
+# `python -m verify.gpu_overlay 0.22.0`). Record -> $OUT/gpu/<TAG>.json.
+set -uo pipefail
+tag=${1:?usage: gpu_penalties_ab.sh TAG}
+test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
+export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
+deadline=${PB_DEADLINE:-540}
+work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
+overlay=$(ls -d "$PWD"/.gpu/overlay/*/ | head -1)
+: "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
+: "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}"
+knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB_PRISTINE_SHAPES'"
+knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB_DEADLINE=$deadline"
+python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
+  --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
+  --out-args "$work/args" || exit 5
+python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
+  <<'PY' || exit 4
+import json, sys; from pathlib import Path
+from verify.gpu import device
+overlay = Path(sys.argv[1])
+device.build_model()
+device.build_sites(overlay, {"patched"} | ({"at-0010"} if sys.argv[4] == "at-0010" else set()))
+Path(sys.argv[2]).write_text(json.dumps({
+    "vllm_version": overlay.name,
+    "series_hash": (overlay / "SERIES_HASH").read_text().strip(),
+    "patch_hashes": json.loads((overlay / "PATCH_HASHES.json").read_text()),
+    "command": sys.argv[3],
+    "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, VLLM_USE_FLASHINFER_SAMPLER=0)",
+}))
+PY
+mapfile -t plan < "$work/args"
+timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
+  --model /tmp/pb-model --base-site /tmp/vllm-bundle/site "${plan[@]}" \
+  --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
+  --work "$work" --cache-root /tmp/pb-vllm-cache/penalties-ab --meta "$work/meta.json" \
+  --out "$OUT/gpu/$tag.json"
+rc=$?
+for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
+echo "gpu_penalties_ab $tag: rc $rc"
+exit $rc

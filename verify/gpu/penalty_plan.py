@@ -1,0 +1,135 @@
+"""The plan of issue 22's penalty-cost A/B on the GPU (scripts/gpu_penalties_ab.sh): from the
+variants, shapes and samplings asked for, the `python -m verify.ab engine` arguments (configs,
+cells, comparisons, engine arguments with a KV cache that holds the largest shape without
+preemption), refusing a plan whose engines do not fit the GPU together.
+
+    python3 -m verify.gpu.penalty_plan --variants "series patched" --shapes "64x2048" \\
+      --pristine-shapes "64x2048" --sampling "plain pen" --out-args ARGS_FILE
+
+Standard library only (runs on the device with nothing but the bundle)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from verify.gpu.device import SITES
+
+PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
+TOP_K_P = {"top_k": 50, "top_p": 0.9}
+SAMPLINGS = {
+    "plain": {"temperature": 1.0},
+    "pen": {"temperature": 1.0, **PENALTIES},
+    "plain-topkp": {"temperature": 1.0, **TOP_K_P},
+    "pen-topkp": {"temperature": 1.0, **PENALTIES, **TOP_K_P},
+}
+#: (plain, penalized) sampling pairs: the penalty cost is pen / plain of one variant.
+COST_PAIRS = (("plain", "pen"), ("plain-topkp", "pen-topkp"))
+SERIES_SITES = {"switch": f"{SITES}/patched,VLLM_V1_PENALTY_STATE=0", "at-0010": f"{SITES}/at-0010"}
+INPUT_LEN = 32
+#: KV bytes per token of the Qwen3-0.6B shape (28 layers x K,V x 8 heads x 128 x bf16).
+KV_BYTES_PER_TOKEN = 28 * 2 * 8 * 128 * 2
+#: GPU memory the engines may take together, and each engine's own (weights, activations,
+#: CUDA graphs) besides its KV cache.
+GPU_BUDGET = 74 * 2**30
+ENGINE_OVERHEAD = 5 * 2**30
+
+
+class PlanError(SystemExit):
+    """The asked plan cannot run (unknown names, or engines that do not fit together)."""
+
+
+def config_name(sampling: str, batch: int, output_len: int) -> str:
+    return f"{sampling}-b{batch}-l{output_len}"
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    try:
+        return [(int(b), int(length)) for b, length in (s.split("x") for s in text.split())]
+    except ValueError:
+        raise PlanError(f"shapes {text!r}: expected BxL items such as 64x2048") from None
+
+
+def plan(
+    variants: list[str],
+    shapes: list[tuple[int, int]],
+    pristine_shapes: list[tuple[int, int]],
+    samplings: list[str],
+    series: str = "switch",
+) -> list[str]:
+    """The engine front-end's arguments (one per item, --name=value)."""
+    bad = [v for v in variants if v not in ("pristine", "series", "patched")]
+    bad += [s for s in samplings if s not in SAMPLINGS]
+    if bad or series not in SERIES_SITES:
+        raise PlanError(f"unknown variants, samplings or series {bad or [series]}")
+    own = {v: pristine_shapes if v == "pristine" else shapes for v in variants}
+    order = list(dict.fromkeys(s for v in variants for s in own[v]))
+    if not order:
+        raise PlanError("no shape to measure")
+    sites = {"pristine": "", "series": SERIES_SITES[series], "patched": f"{SITES}/patched"}
+    args = [f"--variant={v}={sites[v]}" for v in variants]
+    for b, length in order:
+        for s in samplings:
+            config = {"batch": b, "output_len": length, **SAMPLINGS[s]}
+            args.append(f"--config={config_name(s, b, length)}={json.dumps(config)}")
+    pairs = []
+    for b, length in order:
+        here = [v for v in variants if (b, length) in own[v]]
+        name = {s: config_name(s, b, length) for s in samplings}
+        args += [f"--cell={v}/{name[s]}" for v in here for s in samplings]
+        for v in here:  # the penalty cost of each variant
+            pairs += [
+                (f"{v}/{name[p]}", f"{v}/{name[q]}")
+                for p, q in COST_PAIRS
+                if p in name and q in name
+            ]
+        if "patched" in here:  # patched against the series and pristine, sampling by sampling
+            pairs += [(f"{a}/{name[s]}", f"patched/{name[s]}") for a in ("series", "pristine")
+                      if a in here for s in samplings]  # fmt: skip
+    args += [f"--compare={a}:{c}" for a, c in pairs]
+    return args + [f"--engine-args={json.dumps(engine_args(len(variants), order))}"]
+
+
+def engine_args(engines: int, shapes: list[tuple[int, int]]) -> dict:
+    """LLM arguments: a KV cache holding the largest shape (4% spare), batch and length limits;
+    PlanError when `engines` such engines do not fit the GPU together."""
+    tokens = max(b * (INPUT_LEN + length) for b, length in shapes)
+    kv = int(tokens * KV_BYTES_PER_TOKEN * 1.04)
+    if engines * (kv + ENGINE_OVERHEAD) > GPU_BUDGET:
+        raise PlanError(
+            f"{engines} engines x ({kv / 2**30:.1f} GiB of KV cache for {tokens} tokens + "
+            f"{ENGINE_OVERHEAD / 2**30:.0f} GiB) do not fit the GPU ({GPU_BUDGET / 2**30:.0f} GiB):"
+            " ask for fewer variants or smaller shapes"
+        )
+    return {
+        "max_model_len": INPUT_LEN + max(length for _, length in shapes),
+        "max_num_seqs": max(b for b, _ in shapes),
+        "gpu_memory_utilization": 0.2,
+        "kv_cache_memory_bytes": kv,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--variants", default="series patched")
+    parser.add_argument("--shapes", default="64x2048")
+    parser.add_argument("--pristine-shapes", default="64x2048")
+    parser.add_argument("--sampling", default="plain pen")
+    parser.add_argument("--series", default="switch", choices=sorted(SERIES_SITES))
+    parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
+    args = parser.parse_args(argv)
+    items = plan(
+        args.variants.split(),
+        parse_shapes(args.shapes),
+        parse_shapes(args.pristine_shapes),
+        args.sampling.split(),
+        args.series,
+    )
+    args.out_args.write_text("\n".join(items) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
