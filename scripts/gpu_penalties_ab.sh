@@ -57,6 +57,8 @@ timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
   --work "$work" --cache-root /tmp/pb-vllm-cache/penalties-ab --meta "$work/meta.json" \
   --out "$OUT/gpu/$tag.json"
 rc=$?
+# workers left behind if the driver itself was killed (each leads its own process group)
+for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done
 for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
 echo "gpu_penalties_ab $tag: rc $rc"
 exit $rc

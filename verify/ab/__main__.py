@@ -491,7 +491,10 @@ def engine(args) -> int:
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
         say(f"wrote {args.out}")
         for eng in engines.values():
-            eng.stop(grace=5 if code else 60)
+            if code:  # failed or interrupted: no time to let them finish a measurement
+                eng.kill()
+            else:
+                eng.stop()
     return code
 
 

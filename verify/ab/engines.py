@@ -184,6 +184,8 @@ class Engine:
             env=self.env,
             start_new_session=True,
         )
+        # the process group's id, for a caller that must clean up after this driver was killed
+        Path(self.prefix + ".pid").write_text(f"{self.proc.pid}\n")
         say(f"{self.label}: started pid {self.proc.pid} (log {self.log})")
         return self
 
@@ -217,6 +219,13 @@ class Engine:
         if "error" in result:
             raise EngineError(f"{self.label}: request {request} failed:\n{result['error']}")
         return result
+
+    def kill(self) -> None:
+        """Stop the worker's process group at once (a measurement in flight is lost)."""
+        if self.proc is not None:
+            stop_group(self.proc, grace=0)
+            self._fh.close()
+            self.proc = None
 
     def stop(self, grace: float = 60) -> None:
         """Ask the worker to exit; stop its process group when it does not within `grace`."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from verify import results
-from verify.importer import cpu, gpu
+from verify.importer import cpu, gpu, gpu_engine_ab
 from verify.versions import PINNED
 
 
@@ -26,7 +26,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
         written.append(("cpu", results.write(record, "cpu", record["step"]), record))
     for path in markers:
         path.unlink()
-    for record in gpu.records(version):
+    for record in [*gpu.records(version), *gpu_engine_ab.records(version)]:
         written.append(("gpu", results.write(record, "gpu", record["step"]), record))
     return written
 

@@ -28,12 +28,13 @@ def judge(
     claim: str = "faster",
     lower_is_better: bool = True,
     what: str = "time",
+    pair: str = "patched/pristine",
 ) -> Verdict:
     if claim not in CLAIMS:
         raise ValueError(f"claim must be one of {CLAIMS}, not {claim!r}")
     numbers = {**ratio.as_dict(), "threshold": threshold, "claim": claim}
     state = stats.classify(ratio, threshold, lower_is_better=lower_is_better)
-    label = f"{what} patched/pristine {ratio.text()}"
+    label = f"{what} {pair} {ratio.text()}"
     if state == stats.SLOWER:
         return Verdict(FAIL, f"slower: {label}, beyond the {threshold:.0%} threshold", numbers)
     if claim == "faster" and state == stats.FASTER:

@@ -1,0 +1,177 @@
+"""The engine A/B front-end (`python -m verify.ab engine`), issue 22's plan, and the importer of
+its records: stages and budget, a synthetic run round-tripped through the record format, and
+the penalty-cost verdict passing, failing and unresolved."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from verify.ab import rounds as ab_rounds
+from verify.ab.__main__ import (
+    Stage,
+    comparisons_of,
+    estimate_round_s,
+    parse_config,
+    plan_stages,
+    stage_results,
+)
+from verify.gpu import penalty_plan
+from verify.importer import gpu_engine_ab
+
+PEN = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
+CONFIGS = {
+    "plain": {"batch": 64, "output_len": 2048, "input_len": 32, "temperature": 1.0},
+    "pen": {"batch": 64, "output_len": 2048, "input_len": 32, "temperature": 1.0, **PEN},
+    "plain-b128": {"batch": 128, "output_len": 2048, "input_len": 32, "temperature": 1.0},
+}
+
+
+def test_config_parsing_names_bad_keys():
+    name, config = parse_config('pen={"batch": 4, "output_len": 8, "presence_penalty": 1.5}')
+    assert (name, config["input_len"], config["presence_penalty"]) == ("pen", 32, 1.5)
+    with pytest.raises(SystemExit, match="unknown keys"):
+        parse_config('x={"batch": 4, "output_len": 8, "top_q": 1}')
+    with pytest.raises(SystemExit, match="must be given"):
+        parse_config('x={"batch": 4}')
+    with pytest.raises(SystemExit, match="not JSON"):
+        parse_config("x={batch: 4}")
+
+
+def test_cells_of_one_shape_share_a_stage_and_only_they_compare():
+    cells = ["a/plain", "a/pen", "b/plain", "a/plain-b128", "b/plain-b128"]
+    stages = plan_stages(cells, CONFIGS)
+    assert [s.cells for s in stages] == [["a/plain", "a/pen", "b/plain"], cells[3:]]
+    args = SimpleNamespace(compare=["a/plain:a/pen", "a/plain:b/plain"])
+    assert comparisons_of(args, cells, CONFIGS) == [("a/plain", "a/pen"), ("a/plain", "b/plain")]
+    with pytest.raises(SystemExit, match="different shapes"):
+        comparisons_of(SimpleNamespace(compare=["a/plain:a/plain-b128"]), cells, CONFIGS)
+
+
+def test_round_estimate_uses_each_cell_rate_and_the_slowest_for_unseen_ones():
+    stage = Stage((64, 32, 2048), ["a/plain", "a/pen"])
+    assert estimate_round_s(stage, CONFIGS, {}) is None
+    plain_key = ("a", json.dumps({"temperature": 1.0}))
+    rates = {plain_key: 1e-4, ("z", "{}"): 5e-4}
+    assert estimate_round_s(stage, CONFIGS, rates) == pytest.approx(64 * 2048 * (1e-4 + 5e-4))
+
+
+def test_plan_pairs_each_cost_and_patched_against_the_baselines():
+    args = penalty_plan.plan(
+        ["pristine", "series", "patched"], [(64, 2048), (32, 2048)], [(64, 2048)], ["plain", "pen"]
+    )
+    compares = [a.split("=", 1)[1] for a in args if a.startswith("--compare=")]
+    assert "patched/plain-b64-l2048:patched/pen-b64-l2048" in compares
+    assert "series/pen-b32-l2048:patched/pen-b32-l2048" in compares
+    assert "pristine/pen-b64-l2048:patched/pen-b64-l2048" in compares
+    assert not any("pristine/" in c and "b32" in c for c in compares)  # pristine: B=64 only
+    cells = [a.split("=", 1)[1] for a in args if a.startswith("--cell=")]
+    assert cells.index("patched/pen-b64-l2048") < cells.index("series/plain-b32-l2048")
+
+
+def test_plan_refuses_engines_that_do_not_fit_the_gpu_together():
+    with pytest.raises(penalty_plan.PlanError, match="do not fit"):
+        penalty_plan.plan(["series", "patched"], [(256, 2048)], [], ["plain", "pen"])
+    args = penalty_plan.plan(["patched"], [(64, 8160)], [], ["plain", "pen"])
+    engine = json.loads(args[-1].split("=", 1)[1])
+    assert engine["max_model_len"] == 8192 and engine["kv_cache_memory_bytes"] > 64 * 8192 * 114688
+
+
+# ---------------------------------------------------------------------------------------------
+# importer: synthetic runs through the front-end's record format
+
+META = {
+    "kind": "engine-ab",
+    "command": "bash scripts/gpu_penalties_ab.sh t",
+    "vllm_version": "0.22.0",
+    "series_hash": "abc1234567",
+    "date": "2026-11-25T09:00:00+00:00",
+    "machine": {"python": "3.12", "cpu": "Xeon", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.9"},
+}
+
+
+def synthetic_run(effects: dict[str, float], noise: float, n: int = 8, tokens=None) -> dict:
+    """A record as the engine front-end writes it: tok/s = 6000 x round drift x effect x noise;
+    `tokens`: {cell: hash} (default one hash per config)."""
+    rng = random.Random(1)
+    cells = [f"{v}/{c}" for v in ("series", "patched") for c in ("plain", "pen")]
+    cells.append("patched/plain-b128")
+    drift: dict[int, float] = {}
+
+    def measure(cell: str, index: int) -> dict:
+        drift.setdefault(index, rng.uniform(0.9, 1.1))
+        tput = 6000 * drift[index] * effects.get(cell, 1.0) * rng.gauss(1, noise)
+        config = cell.split("/")[1]
+        return {"tok_per_s": tput, "token_ids_hash": (tokens or {}).get(cell, f"h-{config}")}
+
+    stages = plan_stages(cells, CONFIGS)
+    stages[0].rounds = ab_rounds.run_rounds(measure, stages[0].cells, n, warmup=1)
+    stages[0].status = f"ran {n + 1} rounds"
+    stages[1].status = "not run: out of time (a round needs about 40 s, 12 s left)"
+    record = {**META, "configs": CONFIGS, "cells": cells}
+    stage_results(record, stages, [("patched/plain", "patched/pen")], 0.01)
+    return record
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
+    (tmp_path / "0.22.0").mkdir()
+    monkeypatch.setattr(gpu_engine_ab, "gpu_root", lambda: tmp_path)
+    return tmp_path
+
+
+def _import(root: Path, run: dict) -> dict:
+    (root / "0.22.0" / "penalties-ab.json").write_text(json.dumps(run))
+    return gpu_engine_ab.penalty_cost("0.22.0")
+
+
+def test_a_synthetic_run_round_trips_into_the_record(root):
+    run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    record = _import(root, run)
+    shape = record["numbers"]["runs"][0]["shapes"]["B=64 L=2048"]
+    done = ab_rounds.from_records(run["rounds"])
+    first = [r for r in done if r.index in run["stages"][0]["rounds"]]
+    direct = ab_rounds.paired(first, "patched/plain", "patched/pen", "tok_per_s")
+    assert shape["patched penalized/plain (no top-k/top-p)"] == direct.as_dict()
+    assert shape["patched penalized/plain (no top-k/top-p)"]["n"] == 8  # warm-up left out
+    assert shape["series penalized/plain (no top-k/top-p)"]["ratio"] == pytest.approx(0.85, 0.01)
+    assert record["outcome"] == "pass", record["reason"]
+    assert "B=128 L=2048 (not run: out of time" in record["reason"]
+    assert "| patched penalty cost, no top-k/top-p |" in record["tables"][0]
+    assert record["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_a_resolved_penalty_cost_beyond_two_percent_fails(root):
+    record = _import(root, synthetic_run({"patched/pen": 0.95, "series/pen": 0.95}, 0.002))
+    assert record["outcome"] == "fail"
+    assert "penalized/plain" in record["reason"]
+
+
+def test_patched_slower_than_the_series_fails(root):
+    run = synthetic_run({"patched/plain": 0.95, "patched/pen": 0.95}, noise=0.002)
+    record = _import(root, run)
+    assert record["outcome"] == "fail" and "patched/series" in record["reason"]
+
+
+def test_a_wide_interval_is_no_difference_resolved(root):
+    record = _import(root, synthetic_run({"patched/pen": 0.99}, noise=0.05, n=3))
+    assert record["outcome"] == "no difference resolved"
+
+
+def test_patched_tokens_differing_from_a_self_consistent_series_fail(root):
+    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"})
+    record = _import(root, run)
+    assert record["outcome"] == "fail" and "tokens" in record["reason"]
+
+
+def test_nothing_measured_is_not_run(root):
+    run = synthetic_run({}, 0.002)
+    for stage in run["stages"]:
+        stage["rounds"], stage["status"] = [], "not run: out of time"
+    run["rounds"] = []
+    assert _import(root, run)["outcome"] == "not run"

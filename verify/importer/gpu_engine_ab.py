@@ -1,0 +1,189 @@
+"""GPU tier, engine A/B runs (`python -m verify.ab engine`, scripts/gpu_penalties_ab.sh) ->
+records. Issue 22's penalty cost: results/gpu/<version>/penalties-ab*.json (one file per
+device call) -> the record `e2e-gpu-penalty-cost`.
+
+Per run and batch shape, every variant's penalty cost is the paired ratio of its penalized
+over its plain tok/s (same engine, same rounds; below 1 is a cost), and patched is compared
+with the series and pristine cell by cell. The rule (verify.verdicts.performance, claim "not
+slower", the registry step's threshold, 2%):
+
+- patched's penalty cost: pass when the interval's lower bound of penalized/plain tok/s
+  excludes a cost beyond the threshold; fail when a cost beyond it is resolved; else no
+  difference resolved (the interval is too wide to tell);
+- patched against the series, every sampling: not slower, same three outcomes;
+- tokens: patched identical to the series (and pristine) per config, with the baseline's own
+  tokens over the rounds as the control (verify.verdicts.identity).
+Shapes that a run did not reach are listed as not run with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+from verify import registry, stats
+from verify.ab import rounds as ab_rounds
+from verify.importer.gpu import _record, gpu_root
+from verify.verdicts import NOT_RUN, Verdict, combine, identity, performance
+
+STEP = "e2e-gpu-penalty-cost"
+FILES = "penalties-ab*.json"
+PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
+BASELINES = ("series", "pristine")
+
+
+def load_runs(version: str) -> list[dict]:
+    """Every engine A/B run of issue 22 for `version`, oldest first."""
+    runs = [json.loads(p.read_text()) for p in sorted((gpu_root() / version).glob(FILES))]
+    return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
+
+
+def sampling_of(config: dict) -> tuple[bool, bool]:
+    """(penalized, with top-k/top-p) of a config."""
+    penalized = any(config.get(k, 1.0 if k == "repetition_penalty" else 0.0) not in (0.0, 1.0)
+                    for k in PENALTY_KEYS)  # fmt: skip
+    return penalized, "top_k" in config or "top_p" in config
+
+
+def stage_cells(run: dict, stage: dict) -> dict[tuple[str, bool, bool], str]:
+    """{(variant, penalized, top-k/top-p): cell} of one stage."""
+    out = {}
+    for cell in stage["cells"]:
+        variant, config = cell.split("/", 1)
+        out[(variant, *sampling_of(run["configs"][config]))] = cell
+    return out
+
+
+def ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Ratio | None:
+    """var/base tok/s over the counted rounds that measured both; None when none did."""
+    both = [r for r in rounds if base in r.values and var in r.values]
+    if not any(not r.warmup for r in both):
+        return None
+    return ab_rounds.paired(both, base, var, "tok_per_s")
+
+
+def _kind(topkp: bool) -> str:
+    return "top-k/top-p" if topkp else "no top-k/top-p"
+
+
+def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
+    """(verdict parts, numbers, table rows) of one measured stage."""
+    cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
+    shape = f"B={stage['batch']} L={stage['output_len']}"
+    variants = list(dict.fromkeys(v for v, _, _ in cells))
+    for variant in variants:
+        for topkp in (False, True):
+            plain, pen = cells.get((variant, False, topkp)), cells.get((variant, True, topkp))
+            r = ratio(rounds, plain, pen) if plain and pen else None
+            if r is None:
+                continue
+            numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
+            rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
+            if variant == "patched":
+                parts.append(
+                    performance.judge(
+                        r,
+                        threshold,
+                        claim="not slower",
+                        lower_is_better=False,
+                        what=f"{shape} {_kind(topkp)} tok/s",
+                        pair="penalized/plain",
+                    )  # fmt: skip
+                )
+    for base in BASELINES:
+        for (variant, pen, topkp), cell in cells.items():
+            other = cells.get((base, pen, topkp))
+            if variant != "patched" or not other:
+                continue
+            what = f"{'penalized' if pen else 'plain'}, {_kind(topkp)}"
+            r = ratio(rounds, other, cell)
+            if r is not None:
+                numbers[f"patched/{base} ({what})"] = r.as_dict()
+                rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
+                if base == "series":
+                    parts.append(
+                        performance.judge(
+                            r,
+                            threshold,
+                            claim="not slower",
+                            lower_is_better=False,
+                            what=f"{shape} {what} tok/s",
+                            pair=f"patched/{base}",
+                        )  # fmt: skip
+                    )
+            parts.append(_tokens(rounds, other, cell, f"{shape} {what} tokens vs {base}"))
+    return parts, numbers, rows
+
+
+def _tokens(rounds: list, base: str, cell: str, what: str) -> Verdict:
+    """Identity of `cell`'s tokens with `base`'s; control: `base` agrees with itself."""
+    hashes = {
+        c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values} for c in (base, cell)
+    }
+    return identity.judge(hashes[base] == hashes[cell], len(hashes[base]) == 1, what)
+
+
+def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
+    interval = f"[{r.low:.3f}, {r.high:.3f}]" if r.low is not None else "(no interval)"
+    share = "-"
+    if cost:
+        share = f"{1 - r.ratio:.1%}"
+        if r.low is not None:
+            share += f" [{1 - r.high:.1%}, {1 - r.low:.1%}]"
+    mde = f"{r.mde:.1%}" if r.mde is not None else "-"
+    return f"| {label} | {r.ratio:.3f} {interval} | {share} | {r.n} | {mde} |"
+
+
+HEADER = (
+    "| comparison | tok/s ratio [95% CI] | penalty cost (1 - ratio) [95% CI] | n | MDE |\n"
+    "|---|---|---|---|---|"
+)
+
+
+def penalty_cost(version: str) -> dict | None:
+    """The record of issue 22's penalty-cost runs measured with the newest run's series."""
+    runs = load_runs(version)
+    if not runs:
+        return None
+    src = runs[-1]
+    same = [r for r in runs if r.get("series_hash") == src.get("series_hash")]
+    threshold = _threshold(version)
+    parts, numbers, tables, not_run = [], {"runs": []}, [], []
+    for run in same:
+        done = ab_rounds.from_records(run["rounds"])
+        entry = {"date": run["date"], "command": run.get("command"), "shapes": {}}
+        for stage in run["stages"]:
+            shape = f"B={stage['batch']} L={stage['output_len']}"
+            rounds = [r for r in done if r.index in set(stage["rounds"])]
+            if not any(not r.warmup for r in rounds):
+                not_run.append(f"{shape} ({stage['status']})")
+                entry["shapes"][shape] = {"status": stage["status"]}
+                continue
+            got, nums, rows = judge_stage(run, stage, rounds, threshold)
+            parts += got
+            entry["shapes"][shape] = {"status": stage["status"], **nums}
+            title = f"{shape}, input {stage['input_len']} (run {run['date']}, {stage['status']})"
+            tables.append(f"{title}\n\n" + "\n".join([HEADER, *rows]))
+        if run.get("stopped"):
+            not_run.append(f"run {run['date']} stopped: {run['stopped'][:300]}")
+        numbers["runs"].append(entry)
+    numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
+    numbers["not_run"] = not_run
+    verdict = combine(parts) if parts else Verdict(NOT_RUN, "; ".join(not_run) or "no stage ran")
+    if parts and not_run:
+        verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
+    src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
+    return _record(src, STEP, "003", verdict, numbers, tables=tables)
+
+
+def _threshold(version: str) -> float:
+    """The registry step's noise threshold for STEP (2% unless the entry says otherwise)."""
+    for entry in registry.load().values():
+        for step in entry.steps_on(version):
+            if STEP in step.records:
+                return step.threshold
+    return 0.02
+
+
+def records(version: str) -> list[dict]:
+    made = [penalty_cost(version)]
+    return [r for r in made if r]
