@@ -5,13 +5,16 @@ the penalty-cost verdict passing, failing and unresolved."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from verify.ab import rounds as ab_rounds
+from verify.ab.engines import Engine, EngineError
 from verify.ab.__main__ import (
     Stage,
     comparisons_of,
@@ -175,3 +178,38 @@ def test_nothing_measured_is_not_run(root):
         stage["rounds"], stage["status"] = [], "not run: out of time"
     run["rounds"] = []
     assert _import(root, run)["outcome"] == "not run"
+
+
+# ---------------------------------------------------------------------------------------------
+# engine lifecycle with a stand-in worker (no vLLM): requests, errors, a dying worker, stop
+
+FAKE_WORKER = """
+import sys
+from verify.ab.engines import serve_requests
+def handle(request):
+    if request.get("die"):
+        sys.exit(7)
+    return {"echo": request["config"], "seq": request["seq"], "bad": 1 / request["divisor"]}
+serve_requests(handle, sys.argv[1], {"startup_s": 0.0})
+"""
+
+
+def _fake_engine(tmp_path: Path) -> Engine:
+    prefix = tmp_path / "fake"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return Engine([sys.executable, "-c", FAKE_WORKER, str(prefix)], env, prefix, "fake").start()
+
+
+def test_engine_answers_requests_and_reports_worker_errors(tmp_path):
+    engine = _fake_engine(tmp_path)
+    try:
+        assert engine.wait_ready(timeout=60) == {"startup_s": 0.0}
+        assert engine.call({"config": "a", "divisor": 2}, timeout=60)["echo"] == "a"
+        with pytest.raises(EngineError, match="ZeroDivisionError"):
+            engine.call({"config": "b", "divisor": 0}, timeout=60)
+        assert engine.call({"config": "c", "divisor": 1}, timeout=60)["seq"] == 3
+        with pytest.raises(EngineError, match="exited with code 7"):
+            engine.call({"config": "d", "die": True}, timeout=60)
+    finally:
+        engine.stop(grace=5)
+    assert engine.proc is None and (tmp_path / "fake.pid").exists()

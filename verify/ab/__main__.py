@@ -387,7 +387,8 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         stage.status = "stopped during warm-up"
         for cell in stage.cells:
             variant, name = cell.split("/", 1)
-            engines[variant].call({"config": configs[name], "warmup_tokens": args.warmup_tokens})
+            request = {"config": configs[name], "warmup_tokens": args.warmup_tokens}
+            engines[variant].call(request, timeout=deadline + args.grace_s - time.monotonic())
 
         def progress(rnd: ab_rounds.Round, stage: Stage = stage) -> None:
             stage.rounds.append(rnd)
