@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 
 from verify.ab import rounds as ab_rounds
-from verify.ab.engines import Engine, EngineError
 from verify.ab.__main__ import (
     Stage,
     comparisons_of,
@@ -23,6 +22,7 @@ from verify.ab.__main__ import (
     plan_stages,
     stage_results,
 )
+from verify.ab.engines import Engine, EngineError
 from verify.gpu import penalty_plan
 from verify.importer import gpu_engine_ab
 
