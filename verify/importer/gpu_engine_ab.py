@@ -65,12 +65,18 @@ def _kind(topkp: bool) -> str:
     return "top-k/top-p" if topkp else "no top-k/top-p"
 
 
+def not_slower(r: stats.Ratio, threshold: float, what: str, pair: str) -> Verdict:
+    """Throughput `pair` must exclude a loss beyond `threshold` (verify.verdicts.performance)."""
+    return performance.judge(
+        r, threshold, claim="not slower", lower_is_better=False, what=what, pair=pair
+    )
+
+
 def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
     """(verdict parts, numbers, table rows) of one measured stage."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
     shape = f"B={stage['batch']} L={stage['output_len']}"
-    variants = list(dict.fromkeys(v for v, _, _ in cells))
-    for variant in variants:
+    for variant in dict.fromkeys(v for v, _, _ in cells):
         for topkp in (False, True):
             plain, pen = cells.get((variant, False, topkp)), cells.get((variant, True, topkp))
             r = ratio(rounds, plain, pen) if plain and pen else None
@@ -79,16 +85,8 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
             numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
             rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
             if variant == "patched":
-                parts.append(
-                    performance.judge(
-                        r,
-                        threshold,
-                        claim="not slower",
-                        lower_is_better=False,
-                        what=f"{shape} {_kind(topkp)} tok/s",
-                        pair="penalized/plain",
-                    )  # fmt: skip
-                )
+                what = f"{shape} {_kind(topkp)} tok/s"
+                parts.append(not_slower(r, threshold, what, "penalized/plain"))
     for base in BASELINES:
         for (variant, pen, topkp), cell in cells.items():
             other = cells.get((base, pen, topkp))
@@ -101,14 +99,7 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
                 rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
                 if base == "series":
                     parts.append(
-                        performance.judge(
-                            r,
-                            threshold,
-                            claim="not slower",
-                            lower_is_better=False,
-                            what=f"{shape} {what} tok/s",
-                            pair=f"patched/{base}",
-                        )  # fmt: skip
+                        not_slower(r, threshold, f"{shape} {what} tok/s", "patched/series")
                     )
             parts.append(_tokens(rounds, other, cell, f"{shape} {what} tokens vs {base}"))
     return parts, numbers, rows
