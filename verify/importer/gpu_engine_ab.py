@@ -159,7 +159,9 @@ def penalty_cost(version: str) -> dict | None:
         numbers["runs"].append(entry)
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
-    verdict = combine(parts) if parts else Verdict(NOT_RUN, "; ".join(not_run) or "no stage ran")
+    numbers["runs_of_other_series_left_out"] = len(runs) - len(same)
+    nothing = "; ".join(not_run) or "no run measured a patched cell beside a plain or baseline one"
+    verdict = combine(parts) if parts else Verdict(NOT_RUN, nothing)
     if parts and not_run:
         verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
     src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
