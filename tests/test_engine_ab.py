@@ -213,3 +213,49 @@ def test_engine_answers_requests_and_reports_worker_errors(tmp_path):
     finally:
         engine.stop(grace=5)
     assert engine.proc is None and (tmp_path / "fake.pid").exists()
+
+
+STAND_IN = """
+import json, sys
+from verify.ab.engines import serve_requests
+prefix = sys.argv[sys.argv.index("--prefix") + 1]
+def handle(request):
+    config = request["config"]
+    tokens = config["batch"] * (request.get("warmup_tokens") or config["output_len"])
+    elapsed = 50.0 * (2 if config.get("presence_penalty") else 1)  # claimed, not slept
+    return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
+            "token_ids_hash": json.dumps(sorted(config)), "first_tokens": []}
+serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None})
+"""
+
+
+def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
+    """`python -m verify.ab engine` end to end on stand-in workers (no vLLM) that report 50 s
+    per plain and 100 s per penalized batch: the first shape runs its rounds, the second is
+    recorded as not run (its estimated round no longer fits the budget)."""
+    from verify.ab.__main__ import main
+
+    (tmp_path / "worker.py").write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "ab.json"
+    plain = {"batch": 4, "output_len": 8}
+    rc = main(
+        ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",
+         "--config", f"plain={json.dumps(plain)}",
+         "--config", f"pen={json.dumps({**plain, 'presence_penalty': 1.5})}",
+         "--config", f"big={json.dumps({**plain, 'batch': 8})}",
+         "--compare", "a/plain:a/pen", "--compare", "a/big:b/big",
+         "--rounds", "3", "--budget-s", "150", "--python", str(python),
+         "--work", str(tmp_path / "work"), "--out", str(out)]
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert rc == 0 and record["kind"] == "engine-ab"
+    first, second = record["stages"]
+    assert first["status"] == "ran 3 rounds" and len(first["rounds"]) == 3
+    assert second["status"].startswith("not run: out of time") and second["rounds"] == []
+    cost, big = record["comparisons"]
+    assert cost["ratio"] == pytest.approx(0.5) and cost["n"] == 3
+    assert big["outcome"] == "not run"
+    assert record["tokens"]["plain"]["identical"] and not list(tmp_path.glob("work/*.tmp"))

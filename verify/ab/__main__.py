@@ -327,15 +327,14 @@ def comparisons_of(args, cells: list[str], configs: dict) -> list[tuple[str, str
     return pairs
 
 
-def start_engines(variants: dict, args, work: Path) -> dict[str, Engine]:
-    """Every variant's worker started at once (start-up overlaps), then waited for."""
-    engines = {}
+def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) -> None:
+    """Every variant's worker started at once (start-up overlaps) into `engines`."""
+    cache = Path(args.cache_root) if args.cache_root else work / "cache"
     for name, (paths, env) in variants.items():
-        full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, Path(args.cache_root))
+        full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, cache)
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
         engines[name] = Engine(cmd, full_env, work / name, f"{name} engine").start()
-    return engines
 
 
 def check_capacity(engines: dict[str, Engine], configs: dict, cells: list[str]) -> None:
@@ -473,7 +472,7 @@ def engine(args) -> int:
     engines: dict[str, Engine] = {}
     code = 0
     try:
-        engines = start_engines(variants, args, work)
+        start_engines(variants, args, work, engines)
         ready = {n: e.wait_ready(args.start_s) for n, e in engines.items()}
         record["startup_s"] = {n: round(r["startup_s"], 1) for n, r in ready.items()}
         record["workers"] = ready
@@ -481,11 +480,19 @@ def engine(args) -> int:
         record["machine"].update({k: first.get(k) for k in ("gpu", "torch", "vllm")})
         check_capacity(engines, configs, cells)
         run_stages(stages, engines, configs, args, deadline)
-    except (EngineError, KeyboardInterrupt) as exc:
-        record["stopped"] = str(exc) or type(exc).__name__
-        say(f"stopped: {record['stopped'][:2000]}")
+    except EngineError as exc:
+        record["stopped"] = str(exc)
         code = 1
+    except KeyboardInterrupt:
+        record["stopped"] = "interrupted (SIGINT, e.g. the caller's time limit)"
+        code = 1
+    except BaseException as exc:  # a bug: the record keeps what was measured, then it is raised
+        record["stopped"] = f"{type(exc).__name__}: {exc}"
+        code = 1
+        raise
     finally:
+        if code:
+            say(f"stopped: {record['stopped'][:2000]}")
         stage_results(record, stages, pairs, args.threshold)
         record["wall_s"] = round(time.monotonic() - started, 1)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -555,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-s", type=float, default=600, help="engine start-up timeout")
     p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
     p.add_argument("--work", default="ab-work")
-    p.add_argument("--cache-root", default="ab-work/cache", help="VLLM_CACHE_ROOT/<variant>")
+    p.add_argument("--cache-root", help="VLLM_CACHE_ROOT/<variant> (default: WORK/cache)")
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
     return parser
