@@ -1,4 +1,6 @@
-"""Serving A/B through the core: `python -m verify.ab serve ...` starts one `vllm serve` per
+"""The A/B core's front-ends: `serve` (vllm serve + vllm bench serve) and `engine` (LLM.generate).
+
+Serving A/B through the core: `python -m verify.ab serve ...` starts one `vllm serve` per
 variant (all kept alive, sized by --serve-args to share the machine), discards warm-up rounds,
 runs paired rounds of `vllm bench serve` in rotating order, and writes one record with every
 round and each comparison's ratio, 95% interval and minimum detectable effect.
@@ -14,6 +16,21 @@ environment. Example (the A/A and planted-effect proof on the GPU machine):
       --serve-args "--gpu-memory-utilization 0.25 --max-model-len 4096 --seed 0" \\
       --bench-args "--dataset-name random --random-input-len 2 --random-output-len 512 \\
                     --num-prompts 128 --ignore-eos" --rounds 60 --budget-s 330 --out ab.json
+
+Generation A/B through the core: `python -m verify.ab engine ...` keeps one vLLM `LLM` per
+variant in a worker process (verify/ab/engines.py), all started at once, and measures cells
+VARIANT/CONFIG (a config: batch, lengths and sampling parameters) as one `LLM.generate` each,
+in rotating rounds per batch shape, within a time budget (`--help` says how). Example (issue
+22's penalty cost; scripts/gpu_penalties_ab.sh builds the full argument list):
+
+    python3 -m verify.ab engine --model /tmp/pb-model --base-site /tmp/vllm-bundle/site \\
+      --variant series=/tmp/pb-sites/patched,VLLM_V1_PENALTY_STATE=0 \\
+      --variant patched=/tmp/pb-sites/patched \\
+      --config 'plain={"batch": 64, "output_len": 2048, "temperature": 1.0}' \\
+      --config 'pen={"batch": 64, "output_len": 2048, "temperature": 1.0, \\
+        "presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}' \\
+      --compare patched/plain:patched/pen --compare series/pen:patched/pen \\
+      --engine-args '{"max_num_seqs": 64, "max_model_len": 2080}' --budget-s 420 --out ab.json
 """
 
 from __future__ import annotations

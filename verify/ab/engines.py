@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     llm = LLM(model=args.model, seed=0, **json.loads(args.engine_args))
     ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid(), **worker_provenance()}
     ready["kv_cache_tokens"] = kv_cache_tokens(llm)
+    scheduler = llm.llm_engine.vllm_config.scheduler_config
+    ready["async_scheduling"] = getattr(scheduler, "async_scheduling", None)
 
     def handle(request: dict) -> dict:
         return run_config(llm, request["config"], request.get("warmup_tokens", 0))
