@@ -2,8 +2,9 @@
 # One device call of issue 22's penalty-cost A/B (python -m verify.ab engine, V1 runner): one
 # LLM per variant, started at once, each config run as LLM.generate of B requests x L tokens
 # (32 random prompt tokens, ignore_eos, seeded per request), cells in rotating order per shape.
-#   pristine  the bundle                      series   0.22.0 series, penalty state off
-#   patched   the series with 0011's device penalty state (its default on CUDA)
+#   pristine  the bundle
+#   series    the 0.22.0 series without 0011's device penalty state
+#   patched   the series with it (its default on CUDA)
 # series: VLLM_V1_PENALTY_STATE=0 on the patched site (PB_SERIES=switch, the default), or the
 # series through 0010 from the overlay's at-0010 root (PB_SERIES=at-0010; pack it with
 # `python -m verify.gpu_overlay 0.22.0 --at-patch 0010`).
@@ -26,7 +27,9 @@ test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, 
 export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
 export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
 deadline=${PB_DEADLINE:-540}
+OUT=${OUT:-/tmp/pb-out}
 work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
 overlay=$(ls -d "$PWD"/.gpu/overlay/*/ | head -1)
 : "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
 : "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}"
@@ -57,8 +60,9 @@ timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
   --work "$work" --cache-root /tmp/pb-vllm-cache/penalties-ab --meta "$work/meta.json" \
   --out "$OUT/gpu/$tag.json"
 rc=$?
-# workers left behind if the driver itself was killed (each leads its own process group)
-for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done
+if [ "$rc" -ne 0 ]; then  # workers left behind if the driver was killed (own process groups)
+  for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done
+fi
 for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
 echo "gpu_penalties_ab $tag: rc $rc"
 exit $rc
