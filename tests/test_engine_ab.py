@@ -259,3 +259,21 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     assert cost["ratio"] == pytest.approx(0.5) and cost["n"] == 3
     assert big["outcome"] == "not run"
     assert record["tokens"]["plain"]["identical"] and not list(tmp_path.glob("work/*.tmp"))
+
+
+def test_the_plan_is_what_the_front_end_accepts():
+    from verify.ab.__main__ import build_parser, cells_of, parse_variant
+
+    items = penalty_plan.plan(
+        ["pristine", "series", "patched"],
+        [(64, 2048)],
+        [(64, 2048)],
+        ["plain", "pen", "plain-topkp", "pen-topkp"],
+    )
+    args = build_parser().parse_args(["engine", "--model", "m", *items, "--out", "x"])
+    variants = {n: (p, e) for n, p, e in (parse_variant(v, "/site") for v in args.variant)}
+    assert variants["series"][1] == {"VLLM_V1_PENALTY_STATE": "0"}
+    configs = dict(parse_config(c) for c in args.config)
+    cells = cells_of(args, variants, configs)
+    assert len(cells) == 12 and len(plan_stages(cells, configs)) == 1
+    assert len(comparisons_of(args, cells, configs)) == 6 + 4 + 4
