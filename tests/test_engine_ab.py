@@ -41,6 +41,9 @@ def test_config_parsing_names_bad_keys():
         parse_config('x={"batch": 4, "output_len": 8, "top_q": 1}')
     with pytest.raises(SystemExit, match="must be given"):
         parse_config('x={"batch": 4}')
+    with pytest.raises(SystemExit, match="seed must be"):
+        parse_config('x={"batch": 4, "output_len": 8, "seed": "1"}')
+    assert parse_config('x={"batch": 4, "output_len": 8, "seed": null}')[1]["seed"] is None
     with pytest.raises(SystemExit, match="not JSON"):
         parse_config("x={batch: 4}")
 
@@ -115,7 +118,7 @@ def synthetic_run(effects: dict[str, float], noise: float, n: int = 8, tokens=No
     stages[0].rounds = ab_rounds.run_rounds(measure, stages[0].cells, n, warmup=1)
     stages[0].status = f"ran {n + 1} rounds"
     stages[1].status = "not run: out of time (a round needs about 40 s, 12 s left)"
-    record = {**META, "configs": CONFIGS, "cells": cells}
+    record = {**META, "configs": json.loads(json.dumps(CONFIGS)), "cells": cells}
     stage_results(record, stages, [("patched/plain", "patched/pen")], 0.01)
     return record
 
@@ -277,3 +280,11 @@ def test_the_plan_is_what_the_front_end_accepts():
     cells = cells_of(args, variants, configs)
     assert len(cells) == 12 and len(plan_stages(cells, configs)) == 1
     assert len(comparisons_of(args, cells, configs)) == 6 + 4 + 4
+
+
+def test_unseeded_tokens_are_not_judged(root):
+    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other", "series/pen": "x"})
+    assert _import(root, run)["outcome"] == "fail"
+    for config in run["configs"].values():
+        config["seed"] = None
+    assert _import(root, run)["outcome"] == "pass"

@@ -41,7 +41,9 @@ SAMPLING_KEYS = (
 )
 SHAPE_KEYS = ("batch", "output_len", "input_len")
 INPUT_LEN = 32
-#: Request i of a batch samples with seed FIRST_SEED + i (a config's "seed" replaces it).
+#: Request i of a batch samples with seed FIRST_SEED + i (a config's "seed" replaces it; "seed":
+#: null gives no per-request seed: vLLM then draws from the engine's generator for the whole
+#: batch instead of one generator call per request and step).
 FIRST_SEED = 1000
 #: Prompt token ids are drawn from [10, PROMPT_ID_HIGH) (capped at the model's vocabulary).
 PROMPT_ID_HIGH = 4000
@@ -59,6 +61,8 @@ def check_config(name: str, config: dict) -> dict:
             f"config {name!r}: unknown keys {unknown}; allowed: {[*SAMPLING_KEYS, *SHAPE_KEYS]}"
         )
     missing = [k for k in ("batch", "output_len") if not isinstance(config.get(k), int)]
+    if not isinstance(config.get("seed", 0), int | None):
+        raise EngineError(f"config {name!r}: seed must be an integer or null")
     if missing:
         raise EngineError(f"config {name!r}: {missing} must be given as integers")
     return {"input_len": INPUT_LEN, **config}
@@ -108,11 +112,12 @@ def run_config(llm, config: dict, warmup_tokens: int = 0) -> dict:
 
     params = {k: config[k] for k in SAMPLING_KEYS if k in config}
     seed = params.pop("seed", FIRST_SEED)
+    seeds = [None if seed is None else seed + i for i in range(config["batch"])]
     high = min(PROMPT_ID_HIGH, llm.model_config.get_vocab_size())
     prompts = prompt_batch(config["batch"], config["input_len"], random.Random(0), high=high)
     max_tokens = warmup_tokens or config["output_len"]
     sampling = [
-        SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seed + i, **params)
+        SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seeds[i], **params)
         for i in range(len(prompts))
     ]
     return timed_generate(llm, prompts, sampling)

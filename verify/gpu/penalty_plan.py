@@ -58,8 +58,10 @@ def plan(
     pristine_shapes: list[tuple[int, int]],
     samplings: list[str],
     series: str = "switch",
+    seeded: bool = True,
 ) -> list[str]:
-    """The engine front-end's arguments (one per item, --name=value)."""
+    """The engine front-end's arguments (one per item, --name=value). `seeded`: every request
+    its own seed (tokens comparable across engines; vLLM then draws per request and step)."""
     bad = [v for v in variants if v not in ("pristine", "series", "patched")]
     bad += [s for s in samplings if s not in SAMPLINGS]
     if bad or series not in SERIES_SITES:
@@ -73,6 +75,8 @@ def plan(
     for b, length in order:
         for s in samplings:
             config = {"batch": b, "output_len": length, **SAMPLINGS[s]}
+            if not seeded:
+                config["seed"] = None
             args.append(f"--config={config_name(s, b, length)}={json.dumps(config)}")
     pairs = []
     for b, length in order:
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pristine-shapes", default="64x2048")
     parser.add_argument("--sampling", default="plain pen")
     parser.add_argument("--series", default="switch", choices=sorted(SERIES_SITES))
+    parser.add_argument("--unseeded", action="store_true", help="no per-request seeds")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     args = parser.parse_args(argv)
     items = plan(
@@ -126,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         parse_shapes(args.pristine_shapes),
         args.sampling.split(),
         args.series,
+        seeded=not args.unseeded,
     )
     args.out_args.write_text("\n".join(items) + "\n")
     return 0

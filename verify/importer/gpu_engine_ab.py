@@ -12,7 +12,8 @@ slower", the registry step's threshold, 2%):
   difference resolved (the interval is too wide to tell);
 - patched against the series, every sampling: not slower, same three outcomes;
 - tokens: patched identical to the series (and pristine) per config, with the baseline's own
-  tokens over the rounds as the control (verify.verdicts.identity).
+  tokens over the rounds as the control (verify.verdicts.identity); not judged for sampled
+  configs without per-request seeds.
 Shapes that a run did not reach are listed as not run with its reason.
 """
 
@@ -101,8 +102,15 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
                     parts.append(
                         not_slower(r, threshold, f"{shape} {what} tok/s", "patched/series")
                     )
-            parts.append(_tokens(rounds, other, cell, f"{shape} {what} tokens vs {base}"))
+            if comparable(run["configs"][cell.split("/", 1)[1]]):
+                parts.append(_tokens(rounds, other, cell, f"{shape} {what} tokens vs {base}"))
     return parts, numbers, rows
+
+
+def comparable(config: dict) -> bool:
+    """Whether two engines' tokens of `config` can be compared: greedy, or a seed per request
+    (without one, each engine draws from its own generator in its own order of calls)."""
+    return config.get("temperature") == 0 or config.get("seed", 0) is not None
 
 
 def _tokens(rounds: list, base: str, cell: str, what: str) -> Verdict:
