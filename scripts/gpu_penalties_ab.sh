@@ -17,6 +17,7 @@
 #   PB_PRISTINE_SHAPES="64x2048"   pristine's shapes (it is ~5x slower with penalties)
 #   PB_SAMPLING="plain pen"   add plain-topkp pen-topkp for the top-k/top-p rows
 #   PB_ROUNDS=20              rounds per shape at most (each shape: an equal share of time)
+#   PB_GPU_GIB=74             GPU memory all engines may take (about 130 on an H200)
 #   PB_SEEDED=1               0: no per-request seeds (vLLM's seeded sampling costs one generator
 #                             call per request and step, which dilutes the penalty cost; tokens
 #                             are then not comparable across engines)
@@ -35,12 +36,13 @@ work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
 overlay=$(ls -d "$PWD"/.gpu/overlay/*/ | head -1)
 : "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
-: "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}" "${PB_SEEDED:=1}"
+: "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}" "${PB_SEEDED:=1}" "${PB_GPU_GIB:=74}"
 knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB_PRISTINE_SHAPES'"
 knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB_SEEDED=$PB_SEEDED"
-knobs+=" PB_DEADLINE=$deadline"
+knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
+  --gpu-gib "$PB_GPU_GIB" \
   $([ "$PB_SEEDED" = 0 ] && echo --unseeded) --out-args "$work/args" || exit 5
 python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
   <<'PY' || exit 4

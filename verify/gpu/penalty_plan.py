@@ -31,8 +31,8 @@ SERIES_SITES = {"switch": f"{SITES}/patched,VLLM_V1_PENALTY_STATE=0", "at-0010":
 INPUT_LEN = 32
 #: KV bytes per token of the Qwen3-0.6B shape (28 layers x K,V x 8 heads x 128 x bf16).
 KV_BYTES_PER_TOKEN = 28 * 2 * 8 * 128 * 2
-#: GPU memory the engines may take together, and each engine's own (weights, activations,
-#: CUDA graphs) besides its KV cache.
+#: GPU memory the engines may take together (an H100's 80 GB less a margin), and each
+#: engine's own (weights, activations, CUDA graphs) besides its KV cache.
 GPU_BUDGET = 74 * 2**30
 ENGINE_OVERHEAD = 5 * 2**30
 
@@ -59,6 +59,7 @@ def plan(
     samplings: list[str],
     series: str = "switch",
     seeded: bool = True,
+    gpu_budget: int = GPU_BUDGET,
 ) -> list[str]:
     """The engine front-end's arguments (one per item, --name=value). `seeded`: every request
     its own seed (tokens comparable across engines; vLLM then draws per request and step)."""
@@ -93,18 +94,19 @@ def plan(
             pairs += [(f"{a}/{name[s]}", f"patched/{name[s]}") for a in ("series", "pristine")
                       if a in here for s in samplings]  # fmt: skip
     args += [f"--compare={a}:{c}" for a, c in pairs]
-    return args + [f"--engine-args={json.dumps(engine_args(len(variants), order))}"]
+    engine = engine_args(len(variants), order, gpu_budget)
+    return args + [f"--engine-args={json.dumps(engine)}"]
 
 
-def engine_args(engines: int, shapes: list[tuple[int, int]]) -> dict:
+def engine_args(engines: int, shapes: list[tuple[int, int]], gpu_budget: int = GPU_BUDGET) -> dict:
     """LLM arguments: a KV cache holding the largest shape (4% spare), batch and length limits;
     PlanError when `engines` such engines do not fit the GPU together."""
     tokens = max(b * (INPUT_LEN + length) for b, length in shapes)
     kv = int(tokens * KV_BYTES_PER_TOKEN * 1.04)
-    if engines * (kv + ENGINE_OVERHEAD) > GPU_BUDGET:
+    if engines * (kv + ENGINE_OVERHEAD) > gpu_budget:
         raise PlanError(
             f"{engines} engines x ({kv / 2**30:.1f} GiB of KV cache for {tokens} tokens + "
-            f"{ENGINE_OVERHEAD / 2**30:.0f} GiB) do not fit the GPU ({GPU_BUDGET / 2**30:.0f} GiB):"
+            f"{ENGINE_OVERHEAD / 2**30:.0f} GiB) do not fit the GPU ({gpu_budget / 2**30:.0f} GiB):"
             " ask for fewer variants or smaller shapes"
         )
     return {
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sampling", default="plain pen")
     parser.add_argument("--series", default="switch", choices=sorted(SERIES_SITES))
     parser.add_argument("--unseeded", action="store_true", help="no per-request seeds")
+    parser.add_argument("--gpu-gib", type=float, default=GPU_BUDGET / 2**30, help="for all engines")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     args = parser.parse_args(argv)
     items = plan(
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         args.sampling.split(),
         args.series,
         seeded=not args.unseeded,
+        gpu_budget=int(args.gpu_gib * 2**30),
     )
     args.out_args.write_text("\n".join(items) + "\n")
     return 0
