@@ -323,34 +323,19 @@ def time_graph(graph, calls: int, replays: int) -> float:
     )
 
 
-def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int) -> dict:
+def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int, sleep=0) -> dict:
     """Per variant, the median microseconds of one eager call issued to an idle GPU with
-    L2 flushed; the variants alternate sample by sample (paired against host drift)."""
+    L2 flushed; the variants alternate sample by sample (paired against host drift).
+    With `sleep` (cycles), the call is issued behind a sleep kernel and the start event
+    recorded after it: the GPU time of the launch alone, host issue hidden (queued_us)."""
     times = {n: [] for n in order}
     start, end = _events(2)
     for _ in range(samples):
         for n in order:
             flush.zero_()
             torch.cuda.synchronize()
-            start.record()
-            fns[n]()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1e3)
-    return {n: statistics.median(t) for n, t in times.items()}
-
-
-def time_queued(fns: dict, order: list, flush: torch.Tensor, samples: int, cyc: float) -> dict:
-    """Per variant, the median microseconds of one eager call queued behind a ~300 us
-    sleep kernel (L2 flushed, start event after the sleep): the GPU time of the call
-    launched outside a graph, with the host's issue time hidden behind the sleep."""
-    times = {n: [] for n in order}
-    start, end = _events(2)
-    for _ in range(samples):
-        for n in order:
-            flush.zero_()
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(300 * cyc))
+            if sleep:
+                torch.cuda._sleep(sleep)
             start.record()
             fns[n]()
             end.record()
@@ -411,7 +396,7 @@ def time_shape(variants, counts, vocab, with_draft, seed, device, args, flush, c
         for n in order:
             out[n]["graph_us"].append(round(time_graph(graphs[n], calls, args.replays), 2))
         eager = time_eager(fns, order, flush, args.eager_samples)
-        queued = time_queued(fns, order, flush, args.eager_samples, cyc)
+        queued = time_eager(fns, order, flush, args.eager_samples, sleep=int(300 * cyc))
         host = time_host(fns, order, args.host_calls, cyc)
         for n in order:
             out[n]["eager_us"].append(round(eager[n], 2))
@@ -484,7 +469,6 @@ def _use_dry_timers() -> None:
     g["n_input_sets"] = lambda *_a: 2
     g["time_graph"] = lambda graph, calls, replays: 0.0
     g["time_eager"] = once
-    g["time_queued"] = once
     g["time_host"] = once
     g["sleep_cycles_per_us"] = lambda: 0.0
     g["machine"] = lambda: dict(
