@@ -31,6 +31,10 @@ variant the median of
   host's issue time of the call and the GPU time after it (the latency a step sees
   when the host is the bottleneck, as at small batch); median of ``--eager-samples``
   samples, the variants alternating sample by sample;
+* ``queued_us``: the same eager call issued behind a sleep kernel (L2 flushed, the start
+  event recorded after the sleep): the GPU time of one launch outside a graph, without
+  the host's issue time (so ``eager_us - queued_us`` is what the host adds eagerly);
+  median of ``--eager-samples`` samples, the variants alternating sample by sample;
 * ``host_us``: CPU time to issue one call: the GPU is kept busy by a sleep kernel
   (``torch.cuda._sleep``) so that launches never wait, then back-to-back calls are
   timed with ``time.perf_counter_ns`` and divided; median of 5 batches of
@@ -40,7 +44,7 @@ Writes ``<name>.json`` (raw format below, partial file while running) and ``<nam
 JSON: ``machine`` {python, gpu, cpu, torch, triton, cuda}, ``command``, ``date``,
 ``method``, ``variants`` {name: {source, sha256}}, ``checks`` (fp64 Gumbel noise), and
 ``rows``: {variant, baseline, vocab, requests, draft_tokens (int, or the list per request
-when ragged), draft_probs, identical, checks, graph_us, eager_us, host_us}.
+when ragged), draft_probs, identical, checks, graph_us, eager_us, queued_us, host_us}.
 
 Variants are named as the registry's kernel steps read them: ``{pin}`` for the pin's own
 kernel, ``{pin}+{number}`` for a patch. Usage (GPU machine, repo root, overlay unpacked at
@@ -226,20 +230,27 @@ def reference_ids(inp) -> torch.Tensor:
 
 
 def check_variants(variants, counts, vocab, with_draft, seed, device) -> dict[str, dict]:
-    """Per variant: ids == reference on random, tie and NaN inputs (all written, in vocab)."""
+    """Per variant: ids == reference on random, tie and NaN inputs (all written, in vocab),
+    on two calls each (the first call of a shape may take another launch path than the
+    repeated calls that are timed, e.g. a JIT launch before a cached one): both must hold."""
     names = [v.name for v in variants]
     result = {n: {} for n in names}
     for i, kind in enumerate(("random", "ties", "nan")):
         inp = make_inputs(counts, vocab, with_draft, seed * 3 + i, device, names, kind)
         expected = reference_ids(inp)
-        for v in variants:
-            v.launcher(inp)()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        for v in variants:
-            got = inp["out"][v.name]
-            result[v.name][kind] = bool(torch.equal(got, expected))
-            result[v.name][f"{kind}_in_vocab"] = bool(((got >= 0) & (got < vocab)).all())
+        calls = []
+        for _ in range(2):
+            for v in variants:
+                inp["out"][v.name].fill_(-1)
+                v.launcher(inp)()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            calls.append({n: inp["out"][n].clone() for n in names})
+        for n in names:
+            result[n][kind] = all(bool(torch.equal(c[n], expected)) for c in calls)
+            result[n][f"{kind}_in_vocab"] = all(
+                bool(((c[n] >= 0) & (c[n] < vocab)).all()) for c in calls
+            )
         del inp
     return result
 
@@ -312,15 +323,19 @@ def time_graph(graph, calls: int, replays: int) -> float:
     )
 
 
-def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int) -> dict:
+def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int, sleep=0) -> dict:
     """Per variant, the median microseconds of one eager call issued to an idle GPU with
-    L2 flushed; the variants alternate sample by sample (paired against host drift)."""
+    L2 flushed; the variants alternate sample by sample (paired against host drift).
+    With `sleep` (cycles), the call is issued behind a sleep kernel and the start event
+    recorded after it: the GPU time of the launch alone, host issue hidden (queued_us)."""
     times = {n: [] for n in order}
     start, end = _events(2)
     for _ in range(samples):
         for n in order:
             flush.zero_()
             torch.cuda.synchronize()
+            if sleep:
+                torch.cuda._sleep(sleep)
             start.record()
             fns[n]()
             end.record()
@@ -375,15 +390,17 @@ def time_shape(variants, counts, vocab, with_draft, seed, device, args, flush, c
     calls = nsets * max(1, math.ceil(args.min_calls / nsets))
     graphs = {v.name: capture([v.launcher(s) for s in sets], calls) for v in variants}
     fns = {v.name: v.launcher(sets[0]) for v in variants}
-    out = {n: dict(graph_us=[], eager_us=[], host_us=[]) for n in names}
+    out = {n: dict(graph_us=[], eager_us=[], queued_us=[], host_us=[]) for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             out[n]["graph_us"].append(round(time_graph(graphs[n], calls, args.replays), 2))
         eager = time_eager(fns, order, flush, args.eager_samples)
+        queued = time_eager(fns, order, flush, args.eager_samples, sleep=int(300 * cyc))
         host = time_host(fns, order, args.host_calls, cyc)
         for n in order:
             out[n]["eager_us"].append(round(eager[n], 2))
+            out[n]["queued_us"].append(round(queued[n], 2))
             out[n]["host_us"].append(round(host[n], 2))
     del graphs, sets, fns
     if device.type == "cuda":
@@ -470,6 +487,9 @@ def method(args) -> dict:
         f"median of {args.replays} replays / calls",
         eager_us="flush L2 (zero a 256 MB buffer), synchronize, start event, call, end "
         f"event; median of {args.eager_samples} samples, variants alternating per sample",
+        queued_us="as eager_us, but the call issued behind a ~300 us sleep kernel and the "
+        "start event recorded after it: GPU time of one launch outside a graph, host issue "
+        "hidden",
         host_us=f"perf_counter_ns over back-to-back calls / calls, median of 5 batches of "
         f"{args.host_calls // 5} calls, variants alternating per batch, issued while a "
         "torch.cuda._sleep kernel keeps the GPU busy",
@@ -559,16 +579,22 @@ def sweep(variants, args, vocab, with_draft, device, flush, cyc) -> list[dict]:
     return rows
 
 
+def _median_or_nan(row, key) -> float:
+    values = row.get(key) or []
+    return statistics.median(values) if values else math.nan
+
+
 def progress_line(rows, shape, t0) -> str:
     r0 = rows[0]
     head = f"V={r0['vocab']:6d} {shape:>5s} dp={'y' if r0['draft_probs'] else 'n'}"
     cells = [
         f"{r['variant']}={statistics.median(r['eager_us']):.1f}/"
+        f"{_median_or_nan(r, 'queued_us'):.1f}/"
         f"{statistics.median(r['host_us']):.1f}/{statistics.median(r['graph_us']):.1f}"
         f"{'' if r['identical'] else '!'}"
         for r in rows
     ]
-    return f"{head} eager/host/graph us: {' '.join(cells)} [{time.time() - t0:.0f}s]"
+    return f"{head} eager/queued/host/graph us: {' '.join(cells)} [{time.time() - t0:.0f}s]"
 
 
 def shape_label(row) -> str:
@@ -584,13 +610,13 @@ def render_md(result) -> str:
     names = list(result["variants"])
     m = result["machine"]
     out = [
-        "# Recovered-token kernels: eager / host / graph (us, median of rounds)",
+        "# Recovered-token kernels: eager / queued / host / graph (us, median of rounds)",
         "",
         f"- {m['gpu']}, {m['cpu']}; torch {m['torch']}, triton {m['triton']}, "
         f"CUDA {m['cuda']}, Python {m['python']}; {result['date']}",
         f"- command: `{result['command']}`",
         "- variants: " + "; ".join(f"{n} = {v['source']}" for n, v in result["variants"].items()),
-        "- cells: eager / host / graph; `!` = not identical to the reference",
+        "- cells: eager / queued / host / graph; `!` = not identical to the reference",
         "",
         "| vocab | shape | draft probs | " + " | ".join(names) + " |",
         "|---|---|---|" + "---|" * len(names),
@@ -599,7 +625,8 @@ def render_md(result) -> str:
         group = rows[i : i + len(names)]
         r0 = group[0]
         cells = [
-            f"{statistics.median(r['eager_us']):.1f} / {statistics.median(r['host_us']):.1f}"
+            f"{statistics.median(r['eager_us']):.1f} / {_median_or_nan(r, 'queued_us'):.1f}"
+            f" / {statistics.median(r['host_us']):.1f}"
             f" / {statistics.median(r['graph_us']):.1f}{'' if r['identical'] else ' !'}"
             for r in group
         ]

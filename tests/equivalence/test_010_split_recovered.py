@@ -8,8 +8,11 @@ acq_rel counter that it resets) picks the lowest slice holding the maximum, in t
 launch. ``recovered_tokens_launch_config(num_tokens, vocab_size, num_sms)`` chooses the
 slices and the tile (1024 or 2048 lanes); the plan and its workspace are cached per shape.
 The GPU path uses it, the CPU backend keeps the old kernel. The Triton kernels run here on
-CPU through ``TRITON_INTERPRET=1`` (so the CompiledKernel launch cache, GPU only, is not
-exercised here: the GPU benchmark checks it on every shape).
+CPU through ``TRITON_INTERPRET=1``. After a shape's first (JIT) launch the GPU path calls the
+compiled kernel's launcher directly, pointers as ints; the interpreter has no compiled
+launcher, so a stand-in one maps the ints back to tensors and runs the interpreted kernel
+(the argument order and the fast path's conditions are checked here; the real launcher,
+GPU only, by the GPU benchmark on every shape).
 
 Token ids are compared bit-exactly:
 - patched == pristine == `recovered_tokens_ref` (``prob * inv_q``, lowest id among
@@ -21,6 +24,8 @@ Token ids are compared bit-exactly:
   across slice boundaries and in the partial last tile: the lowest id wins everywhere;
 - NaN scores (q == 0) never win and never leave the vocabulary (reference semantics).
 - the per-token counters are back at 0 after every launch, whatever the split.
+- the fast launch passes every kernel parameter in order (a swapped pair of pointers
+  fails it) and is skipped for a misaligned pointer or a registered launch hook.
 A mutated tie-break fails: highest index on ties inside a slice (``>=`` in the running
 maximum, ``max`` over the lanes) fails 38 of the 204 tests of this file, the last program
 preferring the highest slice among equal maxima 45 (issue 21, 0.22.0; unmutated: 0).
@@ -412,3 +417,119 @@ def test_counters_back_to_zero_between_launches(sides):
         assert workspaces, "no workspace after a split launch"
         for _, counters in workspaces.values():
             assert int(counters.abs().sum()) == 0, config
+
+
+class _CompiledOnInterpreter:
+    """Stands in for the CompiledKernel a CUDA launch returns, on the interpreter.
+
+    ``run`` takes what Triton's JIT passes ``CompiledKernel.run`` (grid, stream,
+    CUfunction, packed metadata, launch metadata and hooks, then every kernel
+    parameter in order, pointers as ints) and runs the interpreted kernel on the
+    tensors those ints point at, so a parameter passed out of order or a wrong
+    pointer gives wrong ids (or a KeyError)."""
+
+    function = 0xF00
+    packed_metadata = (4, 1, 0)
+    stream = 0x5EA
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.tensors: dict[int, torch.Tensor] = {}
+        self.jit_launches = 0
+        self.fast_launches = 0
+
+    def jit(self, grid):
+        def launch(*args, **kwargs):
+            self.jit_launches += 1
+            self.kernel[grid](*args, **kwargs)
+            return self
+
+        return launch
+
+    def run(self, gx, gy, gz, stream, function, metadata, launch_metadata, *rest):
+        enter_hook, exit_hook, *params = rest
+        assert (stream, function, metadata) == (self.stream, self.function, self.packed_metadata)
+        assert launch_metadata is None and enter_hook is None and exit_hook is None
+        assert len(params) == len(self.kernel.arg_names)
+        self.fast_launches += 1
+        args = {
+            name: self.tensors[value] if name.endswith("_ptr") and value is not None else value
+            for name, value in zip(self.kernel.arg_names, params, strict=True)
+        }
+        self.kernel[(gx, gy, gz)](**args)
+
+
+# (with draft probs, misaligned output, launch hook registered, JIT launches so far,
+# fast launches so far): one launch per dtype key goes through the JIT first.
+FAST_LAUNCH_RUNS = [
+    (True, False, False, 1, 0),
+    (False, False, False, 2, 0),
+    (True, False, False, 2, 1),
+    (False, False, False, 2, 2),
+    (False, True, False, 3, 2),
+    (True, False, True, 4, 2),
+    (True, False, False, 4, 3),
+]
+
+
+def test_fast_launch_passes_the_kernel_parameters_in_order(sides):
+    """After the first (JIT) launch of a shape, later launches go through the cached
+    compiled launcher with pointers as ints; on the interpreter a stand-in launcher
+    maps them back to tensors: ids equal the reference. A misaligned pointer and a
+    registered launch hook take the JIT path instead."""
+    _, mod = sides["patched"]
+    if not hasattr(mod, "_compiled_launch"):
+        pytest.skip("this patched kernel has no cached compiled launch")
+    compiled = _CompiledOnInterpreter(mod.sample_recovered_tokens_split_kernel)
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None or not hasattr(knobs.runtime.launch_enter_hook, "calls"):
+        pytest.skip("this Triton has no launch-hook chains (the fast path is off)")
+    plan = mod._recovered_tokens_launch_plan
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mod, "sample_recovered_tokens_split_kernel", _JitStandIn(compiled))
+        mp.setattr(mod, "recovered_tokens_launch_config", lambda *a: (3, TILE, 4))
+        mp.setattr(mod, "_cuda_current_device", lambda: 0)
+        mp.setattr(mod, "_cuda_current_raw_stream", lambda index: compiled.stream)
+        mp.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        plan.cache_clear()
+        try:
+            for i, (with_draft, misaligned, hooked, jit, fast) in enumerate(FAST_LAUNCH_RUNS):
+                case = _case(num_draft_tokens=[3, 1], vocab=V3, with_draft=with_draft, seed=60 + i)
+                q = _q_of(case)
+                inv_q = q.reciprocal()
+                # misaligned: 4 bytes past an aligned allocation
+                out = torch.full((5,), -1, dtype=torch.int32)[1 if misaligned else 0 :][:4]
+                tensors = [out, case.cu, case.draft_ids, case.target_probs, inv_q]
+                tensors += [case.draft_probs] if with_draft else []
+                workspace = plan(4, V3, out.device)
+                tensors += [workspace.partials, workspace.counters]
+                compiled.tensors = {t.data_ptr(): t for t in tensors}
+                if hooked:
+                    knobs.runtime.launch_enter_hook.add(_no_hook)
+                try:
+                    mod._launch_sample_recovered_tokens(
+                        out, case.cu, case.draft_ids, case.draft_probs, case.target_probs,
+                        inv_q, case.max_spec_len,
+                    )  # fmt: skip
+                finally:
+                    if hooked:
+                        knobs.runtime.launch_enter_hook.remove(_no_hook)
+                assert torch.equal(out, _reference(case, q)), i
+                assert (compiled.jit_launches, compiled.fast_launches) == (jit, fast), i
+                assert int(workspace.counters.abs().sum()) == 0
+        finally:
+            plan.cache_clear()
+
+
+def _no_hook(*_args):
+    return None
+
+
+class _JitStandIn:
+    """``kernel[grid](...)`` of the JIT, returning the stand-in CompiledKernel."""
+
+    def __init__(self, compiled: _CompiledOnInterpreter):
+        self.compiled = compiled
+
+    def __getitem__(self, grid):
+        return self.compiled.jit(grid)
