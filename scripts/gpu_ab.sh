@@ -14,6 +14,8 @@
 #   ngram  seed 010 (issue 21): V1 runner, ngram speculative decoding (4 tokens), 4 requests at a
 #          time, 64 in / 512 out, temperature 1, on a model that repeats its last token (so a
 #          draft is proposed at every step and the recovered-token kernel runs at every step)
+# Knobs: PB_CPUS (default: (nproc - 2) / servers): CPUs of its own per server (taskset; the driver and its benchmark
+# client get the rest; 0: no pinning); PB_WHEEL=0 leaves the wheel out; PB_PLANT_MS (0.15).
 # Needs .gpu/b installed in this call (after .gpu/a in the previous one) and .gpu/overlay.
 set -uo pipefail
 tag=${1:?usage: gpu_ab.sh TAG [mrv2|ngram]}
@@ -58,15 +60,17 @@ case $sites in
   only-*) compare+=(--compare "pristine:$sites") ;;
   *) compare+=(--compare "${sites// /:}") ;;  # at-MMMM:at-NNNN: the patch on top of its base
 esac
-if test -f /tmp/vllm-patched/site/.ready; then
+if test -f /tmp/vllm-patched/site/.ready && test "${PB_WHEEL:-1}" = 1; then
   variants+=(--variant wheel=/tmp/vllm-patched/site) compare+=(--compare pristine:wheel)
 fi
+servers=$((${#variants[@]} / 2))
+cpus=${PB_CPUS:-$((($(nproc) - 2) / servers))}
 kv=$((kv_gib * 1024 * 1024 * 1024))
 timeout -s INT -k 20 $((${PB_DEADLINE:-540} - SECONDS + 10)) python3 -m verify.ab serve \
   --model "$model" --base-site /tmp/vllm-bundle/site "${variants[@]}" "${compare[@]}" \
   --serve-args "--gpu-memory-utilization 0.18 --kv-cache-memory-bytes $kv --seed 0 $serve" \
   --bench-args "--dataset-name random --ignore-eos $bench" \
-  --rounds 400 --warmup 2 --budget-s $((${PB_DEADLINE:-540} - SECONDS)) \
+  --cpus-per-server "$cpus" --rounds 400 --warmup 2 --budget-s $((${PB_DEADLINE:-540} - SECONDS)) \
   --work "$work" --meta "$work/meta.json" --out "$OUT/gpu/$tag.json"
 rc=$?
 for log in "$work"/server-*.log; do tail -n 30 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done

@@ -141,3 +141,13 @@ def test_records_round_trip():
     done = rounds.run_rounds(_noisy_machine({}, 0.01), ["a", "b"], 3, warmup=1)
     back = rounds.from_records(rounds.as_records(done))
     assert back == done
+
+
+def test_cpu_plan_gives_each_server_its_own_cpus_and_keeps_some_for_the_client():
+    from verify.ab.__main__ import cpu_plan
+
+    driver, own = cpu_plan(4, 3, list(range(16)))
+    assert driver == [0, 1, 2, 3]
+    assert own == [[4, 5, 6], [7, 8, 9], [10, 11, 12], [13, 14, 15]]
+    with pytest.raises(SystemExit, match="needs more than the 16 CPUs"):
+        cpu_plan(4, 4, list(range(16)))  # nothing left for the benchmark client

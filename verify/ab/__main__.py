@@ -93,12 +93,34 @@ def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str
     }
 
 
-def server_for(name: str, paths: list[str], env: dict, args, work: Path) -> Server:
+def cpu_plan(
+    servers: int, per_server: int, available: list[int]
+) -> tuple[list[int], list[list[int]]]:
+    """(the driver's CPUs, each server's CPUs): `per_server` CPUs of their own per server from
+    the top of `available`, the rest (at least one) for the driver and its benchmark client."""
+    need = servers * per_server
+    if need >= len(available):
+        raise SystemExit(
+            f"--cpus-per-server {per_server} x {servers} servers needs more than the "
+            f"{len(available)} CPUs this process may use (one is kept for the benchmark client)"
+        )
+    own = available[len(available) - need :]
+    return available[: len(available) - need], [
+        own[i * per_server : (i + 1) * per_server] for i in range(servers)
+    ]
+
+
+def server_for(
+    name: str, paths: list[str], env: dict, args, work: Path, cpus: list[int] | None = None
+) -> Server:
     port = free_port()
     full_env = variant_env(name, paths, env, work / "cache")
     if "PATCHBENCH_PLANT_DELAY_MS" in env:
         full_env["PATCHBENCH_PLANT_COUNT"] = str(work / f"plant-count-{name}")
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model]
+    if cpus:  # the server's processes (API server, engine core) inherit the affinity
+        cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
+        full_env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
     cmd += ["--host", "127.0.0.1", "--port", str(port), *shlex.split(args.serve_args)]
     return Server(
         cmd, full_env, port, work / f"server-{name}.log", f"vllm serve ({name})", args.health_s
@@ -190,7 +212,15 @@ def serve(args) -> int:
     started = time.monotonic()
     record = record_head("serve-ab", args, variants, provenance())
     with contextlib.ExitStack() as stack:
-        servers = {n: server_for(n, p, e, args, work) for n, (p, e) in variants.items()}
+        cpus: dict[str, list[int] | None] = dict.fromkeys(variants)
+        if args.cpus_per_server:
+            driver, own = cpu_plan(
+                len(variants), args.cpus_per_server, sorted(os.sched_getaffinity(0))
+            )
+            os.sched_setaffinity(0, driver)
+            cpus = dict(zip(variants, own, strict=True))
+            record["cpus"] = {"driver": driver, **cpus}
+        servers = {n: server_for(n, p, e, args, work, cpus[n]) for n, (p, e) in variants.items()}
         for srv in servers.values():
             stack.callback(srv.stop)
             srv.start()
@@ -548,6 +578,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=1e9, help="stop before a round past this")
     p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
     p.add_argument("--health-s", type=float, default=600)
+    p.add_argument(
+        "--cpus-per-server",
+        type=int,
+        default=0,
+        help="pin each server to this many CPUs of its own (taskset) and the driver to the rest",
+    )
     p.add_argument("--work", default="ab-work")
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
