@@ -100,11 +100,14 @@ META = {
 }
 
 
-def synthetic_run(effects: dict[str, float], noise: float, n: int = 8, tokens=None) -> dict:
+def synthetic_run(
+    effects: dict[str, float], noise: float, n: int = 8, tokens=None, control: bool = False
+) -> dict:
     """A record as the engine front-end writes it: tok/s = 6000 x round drift x effect x noise;
-    `tokens`: {cell: hash} (default one hash per config)."""
+    `tokens`: {cell: hash} (default one hash per config); `control`: a second series engine."""
     rng = random.Random(1)
-    cells = [f"{v}/{c}" for v in ("series", "patched") for c in ("plain", "pen")]
+    variants = ("series", "series2", "patched") if control else ("series", "patched")
+    cells = [f"{v}/{c}" for v in variants for c in ("plain", "pen")]
     cells.append("patched/plain-b128")
     drift: dict[int, float] = {}
 
@@ -170,9 +173,24 @@ def test_a_wide_interval_is_no_difference_resolved(root):
 
 
 def test_patched_tokens_differing_from_a_self_consistent_series_fail(root):
-    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"})
+    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"}, control=True)
     record = _import(root, run)
     assert record["outcome"] == "fail" and "tokens" in record["reason"]
+
+
+def test_tokens_are_not_judged_without_a_second_engine_of_the_baseline(root):
+    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"})
+    record = _import(root, run)
+    assert record["outcome"] == "pass"  # GPU engines need not agree across starts
+    shape = record["numbers"]["runs"][0]["shapes"]["B=64 L=2048"]
+    assert "differ; not judged" in shape["tokens patched vs series (penalized, no top-k/top-p)"]
+
+
+def test_tokens_are_inconclusive_when_the_control_engines_disagree(root):
+    run = synthetic_run(
+        {}, 0.002, tokens={"patched/pen": "other", "series2/pen": "x"}, control=True
+    )
+    assert _import(root, run)["outcome"] == "inconclusive"
 
 
 def test_nothing_measured_is_not_run(root):
@@ -283,7 +301,7 @@ def test_the_plan_is_what_the_front_end_accepts():
 
 
 def test_unseeded_tokens_are_not_judged(root):
-    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other", "series/pen": "x"})
+    run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"}, control=True)
     assert _import(root, run)["outcome"] == "fail"
     for config in run["configs"].values():
         config["seed"] = None

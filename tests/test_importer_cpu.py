@@ -66,3 +66,10 @@ def test_missing_provenance_is_named_not_invented() -> None:
     record["machine"] = {"python": results.UNKNOWN, "gpu": "H100"}
     assert importer.missing_data(record) == ["machine python"]
     assert cpu.provenance({"machine": {"cpu_count": 2}})["cpu"] == results.UNKNOWN
+
+
+def test_one_paired_round_is_named_but_ten_are_not() -> None:
+    record = {"step": "x", "machine": {}, "reason": "ratio 0.96 [0.94, 0.98], n=10"}
+    assert importer.missing_data(record) == []
+    record["reason"] = "ratio 0.96, n=1"
+    assert importer.missing_data(record) == ["more than one paired round"]

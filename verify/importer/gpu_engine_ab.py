@@ -11,9 +11,10 @@ slower", the registry step's threshold, 2%):
   excludes a cost beyond the threshold; fail when a cost beyond it is resolved; else no
   difference resolved (the interval is too wide to tell);
 - patched against the series, every sampling: not slower, same three outcomes;
-- tokens: patched identical to the series (and pristine) per config, with the baseline's own
-  tokens over the rounds as the control (verify.verdicts.identity); not judged for sampled
-  configs without per-request seeds.
+- tokens: patched identical to the series (and pristine) per config, judged only where the run
+  has a second engine of the baseline's build (`series2`, `pristine2`) as the control
+  (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
+  and for sampled configs without per-request seeds, the comparison is reported, not judged.
 Shapes that a run did not reach are listed as not run with its reason.
 """
 
@@ -103,7 +104,11 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
                         not_slower(r, threshold, f"{shape} {what} tok/s", "patched/series")
                     )
             if comparable(run["configs"][cell.split("/", 1)[1]]):
-                parts.append(_tokens(rounds, other, cell, f"{shape} {what} tokens vs {base}"))
+                control = cells.get((f"{base}2", pen, topkp))
+                verdict = _tokens(rounds, other, cell, control, f"{shape} {what} tokens vs {base}")
+                numbers[f"tokens patched vs {base} ({what})"] = verdict.reason
+                if control:  # judged only against a second engine of the baseline's build
+                    parts.append(verdict)
     return parts, numbers, rows
 
 
@@ -113,12 +118,21 @@ def comparable(config: dict) -> bool:
     return config.get("temperature") == 0 or config.get("seed", 0) is not None
 
 
-def _tokens(rounds: list, base: str, cell: str, what: str) -> Verdict:
-    """Identity of `cell`'s tokens with `base`'s; control: `base` agrees with itself."""
-    hashes = {
-        c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values} for c in (base, cell)
-    }
-    return identity.judge(hashes[base] == hashes[cell], len(hashes[base]) == 1, what)
+def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) -> Verdict:
+    """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
+    build (`control`): GPU engines of one build need not agree across starts, so without it the
+    comparison is reported, not judged."""
+
+    def hashes(c: str) -> set:
+        return {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
+
+    identical = hashes(base) == hashes(cell)
+    if control is None:
+        seen = "identical" if identical else "differ"
+        return Verdict(
+            NOT_RUN, f"{what}: {seen}; not judged (no second engine of the baseline's build)"
+        )
+    return identity.judge(identical, hashes(base) == hashes(control), what)
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
