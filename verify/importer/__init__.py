@@ -11,7 +11,6 @@ records beside them. Nothing is re-measured: a GPU step is never re-run from her
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Any
 
