@@ -931,33 +931,30 @@ def _serve_ab_record(version: str, name: str) -> list[dict]:
     src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
     done = ab_rounds.from_records(src["rounds"])
     counted = [r for r in done if not r.warmup]
-    metric = next(
-        m for m in SERVE_METRICS if all(m in v for r in counted for v in r.values.values())
-    )
+    present = [m for m in SERVE_METRICS if all(m in v for r in counted for v in r.values.values())]
+    metric = present[0]
     planted_cmp = next(c for c in src["comparisons"] if c["variant"] == "planted")
     predicted = planted_cmp.get(metric, planted_cmp).get("predicted_if_all_on_critical_path")
+    aa = ab_rounds.paired(done, "pristine", "pristine2", metric)
+    planted = ab_rounds.paired(done, "pristine", "planted", metric)
+    calibration = resolution.judge(aa, planted, predicted)
+    controls = [("pristine2 / pristine (A/A)", "pristine", "pristine2")]
+    controls.append(("planted / pristine", "pristine", "planted"))
+    wheel = (
+        [("patched CUDA wheel / pristine", "pristine", "wheel")]
+        if "wheel" in src["variants"]
+        else []
+    )
     out = []
     for number in _patch_numbers(version, record_step).values():
         pair = _patch_comparison(src, number)
         if pair is None:
             continue  # this run did not measure the patch
-        rows = [
-            "| comparison | metric | ratio [95% CI] | n | MDE |",
-            "|---|---|---|---|---|",
-        ]
-        named = [("pristine2 / pristine (A/A)", "pristine", "pristine2")]
-        named += [("planted / pristine", "pristine", "planted"), (f"{pair[1]} / {pair[0]}", *pair)]
-        if "wheel" in src["variants"]:
-            named.append(("patched CUDA wheel / pristine", "pristine", "wheel"))
-        for m, label in SERVE_METRICS.items():
-            if not all(m in v for r in counted for v in r.values.values()):
-                continue
-            for title, base, var in named:
+        rows = ["| comparison | metric | ratio [95% CI] | n | MDE |", "|---|---|---|---|---|"]
+        for m in present:
+            for title, base, var in [*controls, (f"{pair[1]} / {pair[0]}", *pair), *wheel]:
                 r = ab_rounds.paired(done, base, var, m)
-                rows.append(f"| {title} | {label} | {r.text()} | {r.n} | {r.mde:.1%} |")
-        aa = ab_rounds.paired(done, "pristine", "pristine2", metric)
-        planted = ab_rounds.paired(done, "pristine", "planted", metric)
-        calibration = resolution.judge(aa, planted, predicted)
+                rows.append(f"| {title} | {SERVE_METRICS[m]} | {r.text()} | {r.n} | {r.mde:.1%} |")
         ratio = ab_rounds.paired(done, *pair, metric)
         what = SERVE_METRICS[metric]
         perf = performance.judge(ratio, 0.01, claim="faster", lower_is_better=False, what=what)
