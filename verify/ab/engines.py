@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from verify.ab.servers import log_tail, say, stop_group
+from verify.ab.servers import log_tail, say, start_group, stop_group
 from verify.errors import PatchbenchError
 
 #: What a config may set: SamplingParams fields, and the batch shape.
@@ -178,16 +178,8 @@ class Engine:
         self.seq = 0
 
     def start(self) -> Engine:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.log, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdin=subprocess.PIPE,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=self.env,
-            start_new_session=True,
+        self.proc, self._fh = start_group(
+            self.cmd, self.env, self.log, stdin=subprocess.PIPE, text=True
         )
         # the process group's id, for a caller that must clean up after this driver was killed
         Path(self.prefix + ".pid").write_text(f"{self.proc.pid}\n")

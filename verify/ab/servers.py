@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 from verify.errors import PatchbenchError
 
@@ -28,6 +29,17 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text[-lines:])
+
+
+def start_group(cmd: list[str], env: dict, log: Path, **popen) -> tuple[subprocess.Popen, IO]:
+    """Start `cmd` as the leader of a process group of its own (so `stop_group` leaves no
+    child), stdout and stderr into `log`; returns the process and the open log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(log, "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen
+    )
+    return proc, fh
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:
@@ -92,16 +104,8 @@ class Server:
 
     def start(self) -> Server:
         require_port_free(self.port, self.host)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.log, "w")  # noqa: SIM115
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,
-        )
+        self.proc, self._fh = start_group(self.cmd, self.env, self.log)
         say(f"{self.label}: started pid {self.proc.pid} on {self.url} (log {self.log})")
         return self
 
