@@ -16,14 +16,19 @@ path with the CUDA repetition op's arithmetic (as test_003_penalties_one_pass.py
 
 Checked bit for bit (int views) on randomized sequences, float32 and bfloat16; mutants of the
 state (a swap that forgets its counts, a counted placeholder, a resumption keeping stale
-counts, a counted discarded sample) must make the same sequences fail
-(`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies one to every
-test, for counting failures by hand).
+counts, a counted discarded sample, a discard mask skipped when the runner's host flag is
+ignored, rows without a slot counted in slot 0 instead of the trash row) must make the same
+sequences fail (`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies
+one to every test, for counting failures by hand). Mutants of the kernel's rule for the logits
+it leaves untouched (unseen ids whatever the penalties' signs, rows without a slot, the output
+count instead of the whole entry) must fail the kernel's sequences
+(`test_kernel_mutant_is_detected`, with an unedited copy as the harness's control).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import random
@@ -92,10 +97,32 @@ def _mutant_discard(cls, mp):
     """The sample of a partial prefill (discarded by the runner) is counted."""
     original = cls.record_sampled
 
-    def record_sampled(self, sampled, discard_mask, num_reqs):
-        original(self, sampled, torch.zeros_like(discard_mask), num_reqs)
+    def record_sampled(self, sampled, discard_mask, num_reqs, any_discarded=True):
+        original(self, sampled, torch.zeros_like(discard_mask), num_reqs, any_discarded)
 
     mp.setattr(cls, "record_sampled", record_sampled)
+
+
+def _mutant_discard_any(cls, mp):
+    """The runner's host flag is ignored: the discard mask is never applied."""
+    original = cls.record_sampled
+
+    def record_sampled(self, sampled, discard_mask, num_reqs, any_discarded=True):
+        original(self, sampled, discard_mask, num_reqs, False)
+
+    mp.setattr(cls, "record_sampled", record_sampled)
+
+
+def _mutant_trash(cls, mp):
+    """Rows without a slot count their samples in slot 0 instead of the trash row."""
+    original = cls._row_map
+
+    def row_map(self):
+        host = original(self)
+        host[1][host[0] < 0] = 0
+        return host
+
+    mp.setattr(cls, "_row_map", row_map)
 
 
 MUTANTS = {
@@ -103,6 +130,8 @@ MUTANTS = {
     "placeholder": _mutant_placeholder,
     "resume": _mutant_resume,
     "discard": _mutant_discard,
+    "discard-any": _mutant_discard_any,
+    "trash": _mutant_trash,
 }
 
 
@@ -271,7 +300,7 @@ class Runner:
         sampled = torch.tensor([[rng.randrange(VOCAB)] for _ in range(n)], dtype=torch.int32)
         discard = torch.zeros(MAX_NUM_REQS, dtype=torch.bool)
         discard[:n] = torch.tensor([rng.random() < 0.1 for _ in range(n)])  # partial prefills
-        ib.penalty_state.record_sampled(sampled, discard, n)
+        ib.penalty_state.record_sampled(sampled, discard, n, bool(discard[:n].any()))
         for i, req_id in enumerate(ib.req_ids):
             req = self.running[req_id]
             if discard[i] or len(req.history) + len(req.prompt) >= MAX_MODEL_LEN - 1:
@@ -350,12 +379,7 @@ def test_random_batch_ops_match_pristine(mods, monkeypatch, seed, async_sched, d
     assert _run(mods, monkeypatch, seed, async_sched, 80, _torch_check(mods, dtype)) == 0
 
 
-@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("seed", range(3))
-def test_kernel_matches_dense_cuda_arithmetic(mods, dense, kernel, monkeypatch, seed, async_sched):  # noqa: F811
-    """The CUDA path (Triton kernel, interpreted) vs upstream's dense path with the CUDA
-    repetition op's arithmetic, on the same sequences."""
-
+def _kernel_check(mods, dense, kernel):  # noqa: F811
     def check(runner, step):
         meta, prompt, histories, pens = runner.penalty_inputs()
         logits = _logits(step, len(histories), torch.float32)
@@ -369,7 +393,67 @@ def test_kernel_matches_dense_cuda_arithmetic(mods, dense, kernel, monkeypatch, 
             got = kernel.mod.PenaltyState._apply_one_pass(state, logits.clone(), *pens)
         return torch.equal(_bits(got), _bits(ref))
 
+    return check
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kernel_matches_dense_cuda_arithmetic(mods, dense, kernel, monkeypatch, seed, async_sched):  # noqa: F811
+    """The CUDA path (Triton kernel, interpreted) vs upstream's dense path with the CUDA
+    repetition op's arithmetic, on the same sequences."""
+    check = _kernel_check(mods, dense, kernel)
     assert _run(mods, monkeypatch, 100 + seed, async_sched, 40, check) == 0
+
+
+# Mutants of the kernel's rule for which logits it may leave untouched (source edits of
+# `_apply_penalty_state_kernel`, imported from a file so that Triton can read the source).
+TOUCHED = "    touched = inside & ((entry != 0) | (zeros + every != 0))\n"
+KERNEL_MUTANTS = {
+    # Leave every unseen id alone, whatever the penalties' signs (-0.0 logits stay -0.0).
+    "no-signbit": "    touched = inside & (entry != 0)\n",
+    # Rows without a slot are skipped even when a -0.0 penalty changes -0.0 logits.
+    "skip-slotless": (
+        "    touched = inside & (zeros + slot >= 0) & ((entry != 0) | (zeros + every != 0))\n"
+    ),
+    # The output count decides, so ids only in the prompt lose the repetition penalty.
+    "mask-by-count": (
+        "    touched = inside & (((entry & (PROMPT_BIT - 1)) != 0) | (zeros + every != 0))\n"
+    ),
+}
+
+
+def _mutated_kernel(mod, mutant: str, tmp_path):
+    source = inspect.getsource(mod._apply_penalty_state_kernel.fn)
+    assert source.count(TOUCHED) == 1, "the kernel's touched rule changed: update the mutants"
+    path = tmp_path / f"mutant_{mutant.replace('-', '_')}.py"
+    path.write_text(
+        "import triton\nimport triton.language as tl\n\n\n"  # the source has @triton.jit
+        + source.replace(TOUCHED, KERNEL_MUTANTS.get(mutant, TOUCHED))
+    )
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._apply_penalty_state_kernel
+
+
+@pytest.mark.parametrize("mutant", sorted(KERNEL_MUTANTS))
+def test_kernel_mutant_is_detected(mods, dense, kernel, monkeypatch, tmp_path, mutant):  # noqa: F811
+    """Each mutant of the kernel's skip rule fails some of the kernel's sequences."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    mutated = _mutated_kernel(kernel.mod, mutant, tmp_path)
+    monkeypatch.setattr(kernel.mod, "_apply_penalty_state_kernel", mutated)
+    check = _kernel_check(mods, dense, kernel)
+    runs = ((100 + seed, async_sched) for seed in range(3) for async_sched in (False, True))
+    assert any(_run(mods, monkeypatch, seed, a, 40, check) > 0 for seed, a in runs)
+
+
+def test_kernel_mutant_harness_control(mods, dense, kernel, monkeypatch, tmp_path):  # noqa: F811
+    """The same file import without an edit matches: the mutants fail on their edit."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    unchanged = _mutated_kernel(kernel.mod, "unchanged", tmp_path)
+    monkeypatch.setattr(kernel.mod, "_apply_penalty_state_kernel", unchanged)
+    check = _kernel_check(mods, dense, kernel)
+    assert all(_run(mods, monkeypatch, 100, a, 40, check) == 0 for a in (False, True))
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
@@ -398,7 +482,8 @@ def test_slots_only_for_penalty_requests_and_reused(mods, monkeypatch):  # noqa:
     runner.ib.condense()
     runner.ib.refresh_metadata()
     state = runner.ib.penalty_state
-    assert state.num_active == 3 and state.state.shape == (3, VOCAB + 1)
+    assert state.num_active == 3 and state.state.shape[0] == 3
+    assert state.state.shape[1] >= VOCAB + 1 and state.state.shape[1] % 16 == 0
     slots = state.row_slot[: runner.ib.num_reqs]
     assert sorted(slots[slots >= 0].tolist()) == [0, 1, 2]
     assert (slots[[0, 2, 4]] == -1).all()
