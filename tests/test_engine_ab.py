@@ -79,6 +79,15 @@ def test_plan_pairs_each_cost_and_patched_against_the_baselines():
     assert cells.index("patched/pen-b64-l2048") < cells.index("series/plain-b32-l2048")
 
 
+def test_plan_second_engine_of_a_build_runs_that_build():
+    args = penalty_plan.plan(["series", "series2", "patched"], [(32, 2048)], [], ["pen"])
+    variants = [a.split("=", 1)[1] for a in args if a.startswith("--variant=")]
+    assert variants[0].split("=", 1)[1] == variants[1].split("=", 1)[1] != ""
+    assert "--cell=series2/pen-b32-l2048" in args
+    with pytest.raises(penalty_plan.PlanError, match="unknown"):
+        penalty_plan.plan(["series3"], [(32, 2048)], [], ["pen"])
+
+
 def test_plan_refuses_engines_that_do_not_fit_the_gpu_together():
     with pytest.raises(penalty_plan.PlanError, match="do not fit"):
         penalty_plan.plan(["series", "patched"], [(256, 2048)], [], ["plain", "pen"])

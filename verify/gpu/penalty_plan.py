@@ -62,17 +62,19 @@ def plan(
     gpu_budget: int = GPU_BUDGET,
 ) -> list[str]:
     """The engine front-end's arguments (one per item, --name=value). `seeded`: every request
-    its own seed (tokens comparable across engines; vLLM then draws per request and step)."""
-    bad = [v for v in variants if v not in ("pristine", "series", "patched")]
+    its own seed (tokens comparable across engines; vLLM then draws per request and step).
+    A variant named with a trailing 2 (`series2`) is a second engine of that build: the
+    control the importer judges token identity against."""
+    bad = [v for v in variants if build_of(v) not in ("pristine", "series", "patched")]
     bad += [s for s in samplings if s not in SAMPLINGS]
     if bad or series not in SERIES_SITES:
         raise PlanError(f"unknown variants, samplings or series {bad or [series]}")
-    own = {v: pristine_shapes if v == "pristine" else shapes for v in variants}
+    own = {v: pristine_shapes if build_of(v) == "pristine" else shapes for v in variants}
     order = list(dict.fromkeys(s for v in variants for s in own[v]))
     if not order:
         raise PlanError("no shape to measure")
     sites = {"pristine": "", "series": SERIES_SITES[series], "patched": f"{SITES}/patched"}
-    args = [f"--variant={v}={sites[v]}" for v in variants]
+    args = [f"--variant={v}={sites[build_of(v)]}" for v in variants]
     for b, length in order:
         for s in samplings:
             config = {"batch": b, "output_len": length, **SAMPLINGS[s]}
@@ -96,6 +98,11 @@ def plan(
     args += [f"--compare={a}:{c}" for a, c in pairs]
     engine = engine_args(len(variants), order, gpu_budget)
     return args + [f"--engine-args={json.dumps(engine)}"]
+
+
+def build_of(variant: str) -> str:
+    """The build a variant runs: `series2` is a second engine of `series`."""
+    return variant[:-1] if variant.endswith("2") else variant
 
 
 def engine_args(engines: int, shapes: list[tuple[int, int]], gpu_budget: int = GPU_BUDGET) -> dict:
