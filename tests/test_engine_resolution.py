@@ -25,6 +25,7 @@ from verify.ab.__main__ import (
 )
 from verify.gpu import engine_aa
 from verify.importer import gpu_engine_resolution as importer
+from verify.series import series_hash
 
 # ---------------------------------------------------------------------------------------------
 # planted accounting
@@ -130,14 +131,21 @@ def test_the_plan_is_three_pristine_engines_the_front_end_accepts():
 
 def test_the_plan_command_writes_arguments_and_meta(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_aa.importlib.metadata, "version", lambda name: "0.22.0")
-    args, meta = tmp_path / "args", tmp_path / "meta.json"
-    rc = engine_aa.main(
-        ["--shape", "64x512", "--command", "c", "--out-args", str(args), "--meta", str(meta)]
-    )
+    args, meta, overlay = tmp_path / "args", tmp_path / "meta.json", tmp_path / "overlay"
+    common = ["--command", "c", "--out-args", str(args), "--meta", str(meta)]
+    rc = engine_aa.main(["--shape", "64x512", "--overlay", str(overlay), *common])
     assert rc == 0 and "--config=plain-b64-l512=" in args.read_text()
     written = json.loads(meta.read_text())
     assert written["vllm_version"] == "0.22.0" and written["planted_delay_ms"] == 0.1
-    assert len(written["series_hash"]) == 10 and written["patch_hashes"]
+    assert written["series_hash"] == series_hash("0.22.0") and "patch_hashes" not in written
+    (overlay / "0.22.0").mkdir(parents=True)
+    (overlay / "0.22.0" / "PATCH_HASHES.json").write_text('{"subject": "abc"}')
+    (overlay / "0.22.0" / "SERIES_HASH").write_text("stale\n")  # another series: not used
+    engine_aa.main(["--overlay", str(overlay), *common])
+    assert "patch_hashes" not in json.loads(meta.read_text())
+    (overlay / "0.22.0" / "SERIES_HASH").write_text(series_hash("0.22.0") + "\n")
+    engine_aa.main(["--overlay", str(overlay), *common])
+    assert json.loads(meta.read_text())["patch_hashes"] == {"subject": "abc"}
 
 
 # ---------------------------------------------------------------------------------------------

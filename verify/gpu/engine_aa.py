@@ -21,10 +21,13 @@ import sys
 from pathlib import Path
 
 from verify.gpu.penalty_plan import GPU_BUDGET, config_name, engine_args, parse_shapes
+from verify.series import series_hash
 
 VARIANTS = ("pristine", "pristine2", "planted")
 SAMPLINGS = {"plain": {"temperature": 1.0}, "greedy": {"temperature": 0.0}}
 ASYNC = {"default": None, "1": True, "0": False}
+#: Where `python -m verify.gpu_overlay` packs the series (carried to the device as .gpu/overlay).
+OVERLAY = Path(".gpu/overlay")
 
 
 def plan(
@@ -53,21 +56,24 @@ def plan(
     return args + [f"--engine-args={json.dumps(engine)}"]
 
 
-def meta(command: str, plant_ms: float) -> dict:
+def meta(command: str, plant_ms: float, overlay: Path = OVERLAY) -> dict:
     """What the record says of the run besides the front-end's own: the vLLM version of the
-    bundle on PYTHONPATH, and the checkout's series (whose patches none of the variants run)."""
-    from verify import registry
-    from verify.series import read_series, series_hash
-
+    bundle on PYTHONPATH, the checkout's series hash (none of its patches runs here) and, where
+    the carried overlay packs that series, its per-patch diff hashes (read_series needs git,
+    which the device lacks)."""
     version = importlib.metadata.version("vllm").split("+")[0]
-    return {
+    out = {
         "vllm_version": version,
         "series_hash": series_hash(version),
-        "patch_hashes": {p.subject: registry.diff_hash(p) for p in read_series(version)},
         "command": command,
         "runner": "the pin's default (workers[...].model_runner says which)",
         "planted_delay_ms": plant_ms,
     }
+    packed = overlay / version
+    if (packed / "SERIES_HASH").is_file() and (packed / "PATCH_HASHES.json").is_file():
+        if (packed / "SERIES_HASH").read_text().strip() == out["series_hash"]:
+            out["patch_hashes"] = json.loads((packed / "PATCH_HASHES.json").read_text())
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--async-scheduling", default="default", choices=sorted(ASYNC))
     parser.add_argument("--gpu-gib", type=float, default=GPU_BUDGET / 2**30, help="for all engines")
     parser.add_argument("--command", default="bash scripts/gpu_engine_aa.sh", help="for the record")
+    parser.add_argument("--overlay", type=Path, default=OVERLAY, help="for the patch hashes")
     parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     parser.add_argument("--meta", type=Path, required=True, help="the record's meta (JSON)")
@@ -98,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
         device.build_model()
     args.out_args.write_text("\n".join(items) + "\n")
-    args.meta.write_text(json.dumps(meta(args.command, args.plant_ms)) + "\n")
+    args.meta.write_text(json.dumps(meta(args.command, args.plant_ms, args.overlay)) + "\n")
     return 0
 
 
