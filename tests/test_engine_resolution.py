@@ -221,6 +221,7 @@ def test_a_tight_aa_and_a_planted_effect_of_its_predicted_size_pass(root):
     assert numbers["aa"]["n"] == 20  # the warm-up round left out
     assert numbers["planted_predicted"] == pytest.approx(RIGHT, abs=0.002)
     assert numbers["workers"]["planted"]["model_runner"] == "MRV2"
+    assert numbers["tokens_identical_across_engines"] is True  # pristine and pristine2 agree
     assert "| pristine2 / pristine (A/A) |" in record["tables"][0]
     assert record["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
 

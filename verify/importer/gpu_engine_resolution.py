@@ -57,6 +57,7 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
     if cells is None:
         return Verdict(NOT_RUN, "the run has no pristine, pristine2 and planted cells"), {}, []
     base, twin, planted = cells
+    config = base.split("/", 1)[1]
     done = [r for r in ab_rounds.from_records(run["rounds"]) if set(cells) <= set(r.values)]
     if not any(not r.warmup for r in done):
         why = run.get("stopped") or "; ".join(s["status"] for s in run["stages"])
@@ -77,7 +78,7 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
     numbers = {
         **judged.numbers,
         "metric": f"{METRIC}: output tokens / wall s of one LLM.generate per cell and round",
-        "config": run["configs"][base.split("/", 1)[1]],
+        "config": run["configs"][config],
         "planted_delay_ms": run.get("planted_delay_ms"),
         "planted_slept_ms_per_step": 1000 * slept / steps if steps else None,
         "startup_s": run.get("startup_s"),
@@ -85,6 +86,7 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
             name: {k: w.get(k) for k in ("model_runner", "async_scheduling", "kv_cache_tokens")}
             for name, w in run.get("workers", {}).items()
         },
+        "tokens_identical_across_engines": run.get("tokens", {}).get(config, {}).get("identical"),
         "stopped": run.get("stopped"),
         "wall_s": run.get("wall_s"),
     }
