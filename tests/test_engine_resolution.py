@@ -260,3 +260,8 @@ def test_a_run_with_no_counted_round_is_not_run(root):
     run["rounds"], run["stopped"] = [], "no engine started"
     record = _import(root, run)
     assert record["outcome"] == "not run" and "no engine started" in record["reason"]
+
+
+def test_a_single_counted_round_resolves_nothing(root):
+    record = _import(root, synthetic_run(RIGHT, noise=0.004, n=1))
+    assert record["outcome"] == "no difference resolved" and "fewer than two" in record["reason"]

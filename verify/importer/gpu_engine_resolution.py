@@ -90,10 +90,11 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
         "stopped": run.get("stopped"),
         "wall_s": run.get("wall_s"),
     }
+    width = "-" if aa.low is None else f"+-{resolution.half_width(aa):.2%}"
     rows = [
         "| comparison | tok/s ratio [95% CI] | A/A half-width (target +-1%) | predicted | MDE |",
         "|---|---|---|---|---|",
-        _row("pristine2 / pristine (A/A)", aa, f"+-{resolution.half_width(aa):.2%}", None),
+        _row("pristine2 / pristine (A/A)", aa, width, None),
         _row("planted / pristine", slow, "-", predicted),
     ]
     return verdict, numbers, rows
