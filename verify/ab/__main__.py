@@ -20,8 +20,10 @@ environment. Example (the A/A and planted-effect proof on the GPU machine):
 Generation A/B through the core: `python -m verify.ab engine ...` keeps one vLLM `LLM` per
 variant in a worker process (verify/ab/engines.py), all started at once, and measures cells
 VARIANT/CONFIG (a config: batch, lengths and sampling parameters) as one `LLM.generate` each,
-in rotating rounds per batch shape, within a time budget (`--help` says how). Example (issue
-22's penalty cost; scripts/gpu_penalties_ab.sh builds the full argument list):
+in rotating rounds per batch shape, within a time budget (`--help` says how). A planted variant
+(`plant`) gets its steps and seconds slept per cell and a predicted ratio, as in `serve`
+(issue 20's A/A + planted proof: scripts/gpu_engine_aa.sh). Example (issue 22's penalty cost;
+scripts/gpu_penalties_ab.sh builds the full argument list):
 
     python3 -m verify.ab engine --model /tmp/pb-model --base-site /tmp/vllm-bundle/site \\
       --variant series=/tmp/pb-sites/patched,VLLM_V1_PENALTY_STATE=0 \\
