@@ -2,7 +2,8 @@
 # Issue 20's engine-level resolution proof in one device call (python -m verify.ab engine):
 # three LLMs of the official bundle, started at once, measure one config (LLM.generate of B
 # requests x L tokens: 32 random prompt tokens, ignore_eos, seeded per request) in rotating
-# order until PB_DEADLINE s after the call started. Record -> $OUT/gpu/<TAG>.json.
+# order until PB_DEADLINE s after the call started. Record -> $OUT/gpu/<TAG>.json (TAG engine-aa*:
+# the importer reads results/gpu/<v>/engine-aa*.json into the record gpu-engine-resolution).
 #   pristine, pristine2   the bundle twice: the A/A control (its CI must hold 1, within +-1%)
 #   planted               pristine + PB_PLANT_MS of host sleep per Scheduler.schedule call
 #                         (verify/ab/plant); each round predicts its slowdown from the seconds
