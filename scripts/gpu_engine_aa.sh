@@ -12,7 +12,8 @@
 # workers say which). Knobs: PB_DEADLINE=480 (s, engine start-up included), PB_SHAPE=64x1024
 # (BxL; a round = 3 cells of ~5 s on the H100), PB_PLANT_MS=0.1, PB_SAMPLING=plain
 # (temperature 1) or greedy, PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
-# Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine).
+# Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine; a
+# carried .gpu/overlay of the same series only adds per-patch hashes to the record).
 set -uo pipefail
 tag=${1:?usage: gpu_engine_aa.sh TAG}
 test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }

@@ -61,7 +61,7 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
     done = [r for r in ab_rounds.from_records(run["rounds"]) if set(cells) <= set(r.values)]
     if not any(not r.warmup for r in done):
         why = run.get("stopped") or "; ".join(s["status"] for s in run["stages"])
-        return Verdict(NOT_RUN, f"no counted round: {why}"), {}, []
+        return Verdict(NOT_RUN, f"no counted round: {why[:300]}"), {}, []
     aa = ab_rounds.paired(done, base, twin, METRIC)
     slow = ab_rounds.paired(done, base, planted, METRIC)
     predicted = predicted_of(run, base, planted)
