@@ -20,8 +20,10 @@ environment. Example (the A/A and planted-effect proof on the GPU machine):
 Generation A/B through the core: `python -m verify.ab engine ...` keeps one vLLM `LLM` per
 variant in a worker process (verify/ab/engines.py), all started at once, and measures cells
 VARIANT/CONFIG (a config: batch, lengths and sampling parameters) as one `LLM.generate` each,
-in rotating rounds per batch shape, within a time budget (`--help` says how). Example (issue
-22's penalty cost; scripts/gpu_penalties_ab.sh builds the full argument list):
+in rotating rounds per batch shape, within a time budget (`--help` says how). A planted variant
+(`plant`) gets its steps and seconds slept per cell and a predicted ratio, as in `serve`
+(issue 20's A/A + planted proof: scripts/gpu_engine_aa.sh). Example (issue 22's penalty cost;
+scripts/gpu_penalties_ab.sh builds the full argument list):
 
     python3 -m verify.ab engine --model /tmp/pb-model --base-site /tmp/vllm-bundle/site \\
       --variant series=/tmp/pb-sites/patched,VLLM_V1_PENALTY_STATE=0 \\
@@ -45,6 +47,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -54,6 +57,8 @@ from verify.ab.servers import Server, free_port, say
 
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What a planted variant's measurement adds to its values (`with_plant_count`).
+PLANT_KEYS = ("planted_steps", "planted_slept_s")
 
 
 def parse_variant(spec: str, base_site: str) -> tuple[str, list[str], dict[str, str]]:
@@ -114,9 +119,7 @@ def server_for(
     name: str, paths: list[str], env: dict, args, work: Path, cpus: list[int] | None = None
 ) -> Server:
     port = free_port()
-    full_env = variant_env(name, paths, env, work / "cache")
-    if "PATCHBENCH_PLANT_DELAY_MS" in env:
-        full_env["PATCHBENCH_PLANT_COUNT"] = str(work / f"plant-count-{name}")
+    full_env = {**variant_env(name, paths, env, work / "cache"), **plant_count_env(name, env, work)}
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model]
     if cpus:  # the server's processes (API server, engine core) inherit the affinity
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
@@ -125,6 +128,28 @@ def server_for(
     return Server(
         cmd, full_env, port, work / f"server-{name}.log", f"vllm serve ({name})", args.health_s
     )
+
+
+def plant_count_env(name: str, env: dict, work: Path) -> dict[str, str]:
+    """For a planted variant (PATCHBENCH_PLANT_DELAY_MS in `env`): PATCHBENCH_PLANT_COUNT, the
+    file its shim keeps "<steps> <seconds slept>" in (`with_plant_count` reads it per round)."""
+    if "PATCHBENCH_PLANT_DELAY_MS" not in env:
+        return {}
+    return {"PATCHBENCH_PLANT_COUNT": str(work / f"plant-count-{name}")}
+
+
+def with_plant_count(env: dict, run: Callable[[], dict]) -> dict:
+    """`run()`'s values; for a planted variant (PATCHBENCH_PLANT_COUNT in `env`) with the steps
+    its shim counted and the seconds it slept during the run (planted_steps, planted_slept_s)."""
+    planted = env.get("PATCHBENCH_PLANT_COUNT")
+    if not planted:
+        return run()
+    before = read_count(Path(planted))
+    values = run()
+    after = read_count(Path(planted))
+    values["planted_steps"] = after[0] - before[0]
+    values["planted_slept_s"] = after[1] - before[1]
+    return values
 
 
 def read_count(path: Path) -> tuple[int, float]:
@@ -162,23 +187,41 @@ def provenance() -> dict:
     return out
 
 
+#: Throughput metrics of a fixed amount of work and the values key of the wall seconds they
+#: divide it by: the client's run (vllm bench serve), one LLM.generate (the engine front-end).
+WALL_SECONDS = {"output_throughput": "duration", "tok_per_s": "elapsed_s"}
+
+
 def planted_prediction(
     rnd: ab_rounds.Round, baseline: str, planted: str, metric: str = "output_throughput"
 ) -> float | None:
     """Ratio planted/baseline of `metric` if every planted delay were on the critical path:
-    the client's run stretched by the time slept (output_throughput), or each engine step by
-    the mean delay per step (server_token_rate, the inverse of the server's mean ITL)."""
+    the baseline's wall time stretched by the time slept (output_throughput, tok_per_s), or
+    each engine step by the mean delay per step (server_token_rate, 1 / the server's mean ITL)."""
     slept = rnd.values[planted].get("planted_slept_s")
     steps = rnd.values[planted].get("planted_steps")
     base = rnd.values[baseline]
     if not slept:
         return None
-    if metric == "output_throughput" and base.get("duration"):
-        return base["duration"] / (base["duration"] + slept)
+    wall = base.get(WALL_SECONDS.get(metric, ""))
+    if wall:
+        return wall / (wall + slept)
     if metric == "server_token_rate" and steps and base.get("server_mean_itl_ms"):
         itl = base["server_mean_itl_ms"] / 1000
         return itl / (itl + slept / steps)
     return None
+
+
+def predicted_ratio(
+    rounds: list[ab_rounds.Round], baseline: str, planted: str, metric: str
+) -> float | None:
+    """The geometric mean of the counted rounds' `planted_prediction`s (None unless every
+    counted round has one): what `compare` of the same rounds should find."""
+    counted = [r for r in rounds if not r.warmup]
+    predicted = [planted_prediction(r, baseline, planted, metric) for r in counted]
+    if not predicted or any(p is None for p in predicted):
+        return None
+    return math.exp(sum(math.log(p) for p in predicted) / len(predicted))
 
 
 #: What each comparison is judged on: the client's output throughput (vllm bench serve) and
@@ -231,15 +274,7 @@ def serve(args) -> int:
         }
 
         def measure(name: str, index: int) -> dict[str, float]:
-            planted = servers[name].env.get("PATCHBENCH_PLANT_COUNT")
-            count = Path(planted) if planted else None
-            before = read_count(count) if count else (0, 0.0)
-            values = run_bench(bench[name], seed=index)
-            if count:
-                after = read_count(count)
-                values["planted_steps"] = after[0] - before[0]
-                values["planted_slept_s"] = after[1] - before[1]
-            return values
+            return with_plant_count(servers[name].env, lambda: run_bench(bench[name], seed=index))
 
         def progress(rnd: ab_rounds.Round) -> None:
             tput = ", ".join(
@@ -270,10 +305,9 @@ def serve(args) -> int:
             result = ab_rounds.compare(
                 done, base, var, metric, threshold=args.threshold, higher_is_better=True
             )
-            predicted = [planted_prediction(r, base, var, metric) for r in counted]
-            if predicted and all(p is not None for p in predicted):
-                geo = math.exp(sum(math.log(p) for p in predicted) / len(predicted))
-                result["predicted_if_all_on_critical_path"] = geo
+            predicted = predicted_ratio(done, base, var, metric)
+            if predicted is not None:
+                result["predicted_if_all_on_critical_path"] = predicted
             say(f"{metric}: {result['text']} -> {result['outcome']}")
             if metric == METRICS[0]:
                 cmp.update(result)  # the client's metric at top level (records of earlier runs)
@@ -379,6 +413,7 @@ def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) 
     cache = Path(args.cache_root) if args.cache_root else work / "cache"
     for name, (paths, env) in variants.items():
         full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, cache)
+        full_env.update(plant_count_env(name, env, work))
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
         engines[name] = Engine(cmd, full_env, work / name, f"{name} engine").start()
@@ -409,7 +444,8 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         left = deadline + args.grace_s - time.monotonic()
         if left <= 0:
             raise EngineError(f"{cell}: out of time before the measurement")
-        result = engines[variant].call({"config": config}, timeout=left)
+        engine = engines[variant]
+        result = with_plant_count(engine.env, lambda: engine.call({"config": config}, left))
         expected = config["batch"] * config["output_len"]
         if result["output_tokens"] != expected:
             raise EngineError(
@@ -417,8 +453,8 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
                 "(batch x output_len with ignore_eos): the requests were cut short"
             )
         rates[rate_key(cell, configs)] = result["elapsed_s"] / result["output_tokens"]
-        keep = ("tok_per_s", "elapsed_s", "output_tokens", "token_ids_hash")
-        return {k: result[k] for k in keep}
+        keep = ("tok_per_s", "elapsed_s", "output_tokens", "token_ids_hash", *PLANT_KEYS)
+        return {k: result[k] for k in keep if k in result}
 
     for i, stage in enumerate(stages):
         left = deadline - time.monotonic()
@@ -439,7 +475,11 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         def progress(rnd: ab_rounds.Round, stage: Stage = stage) -> None:
             stage.rounds.append(rnd)
             stage.status = f"ran {len(stage.rounds)} rounds"
-            tput = ", ".join(f"{c} {v['tok_per_s']:.0f}" for c, v in rnd.values.items())
+            tput = ", ".join(
+                f"{c} {v['tok_per_s']:.0f}"
+                + (f" ({v['planted_slept_s']:.3f} s slept)" if "planted_slept_s" in v else "")
+                for c, v in rnd.values.items()
+            )
             say(f"B={stage.shape[0]} L={stage.shape[2]} round {rnd.index}: {tput} tok/s")
 
         stage.status = "stopped in its first round"
@@ -483,6 +523,9 @@ def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) ->
         cmp = ab_rounds.compare(
             stage.rounds, base, var, "tok_per_s", threshold=threshold, higher_is_better=True
         )
+        predicted = predicted_ratio(stage.rounds, base, var, "tok_per_s")
+        if predicted is not None:
+            cmp["predicted_if_all_on_critical_path"] = predicted
         record["comparisons"].append(cmp)
         say(f"{cmp['text']} -> {cmp['outcome']}")
     hashes: dict[str, dict[str, set]] = {}

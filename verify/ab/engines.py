@@ -166,6 +166,12 @@ def kv_cache_tokens(llm) -> int | None:
     return blocks * cache.block_size if blocks else None
 
 
+def model_runner(llm) -> str | None:
+    """The model runner the engine chose, "MRV2" or "V1" (None on a pin with only V1)."""
+    v2 = getattr(llm.llm_engine.vllm_config, "use_v2_model_runner", None)
+    return None if v2 is None else ("MRV2" if v2 else "V1")
+
+
 class Engine:
     """One variant's `LLM` in a worker process (its own process group), driven through stdin;
     results come back as files `<prefix>-<seq>.json`."""
@@ -268,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ready["kv_cache_tokens"] = kv_cache_tokens(llm)
     scheduler = llm.llm_engine.vllm_config.scheduler_config
     ready["async_scheduling"] = getattr(scheduler, "async_scheduling", None)
+    ready["model_runner"] = model_runner(llm)
 
     def handle(request: dict) -> dict:
         return run_config(llm, request["config"], request.get("warmup_tokens", 0))

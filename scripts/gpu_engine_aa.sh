@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 20's engine-level resolution proof in one device call (python -m verify.ab engine):
+# three LLMs of the official bundle, started at once, measure one config (LLM.generate of B
+# requests x L tokens: 32 random prompt tokens, ignore_eos, seeded per request) in rotating
+# order until PB_DEADLINE s after the call started. Record -> $OUT/gpu/<TAG>.json (TAG engine-aa*:
+# the importer reads results/gpu/<v>/engine-aa*.json into the record gpu-engine-resolution).
+#   pristine, pristine2   the bundle twice: the A/A control (its CI must hold 1, within +-1%)
+#   planted               pristine + PB_PLANT_MS of host sleep per Scheduler.schedule call
+#                         (verify/ab/plant); each round predicts its slowdown from the seconds
+#                         it slept (all on the critical path)
+# Runner and async scheduling are the pin's defaults (MRV2 for Qwen3 on 0.22.0; the record's
+# workers say which). Knobs: PB_DEADLINE=480 (s, engine start-up included), PB_SHAPE=64x1024
+# (BxL; a round = 3 cells of ~5 s on the H100), PB_PLANT_MS=0.1, PB_SAMPLING=plain
+# (temperature 1) or greedy, PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
+# Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine; a
+# carried .gpu/overlay of the same series only adds per-patch hashes to the record).
+set -uo pipefail
+tag=${1:?usage: gpu_engine_aa.sh TAG}
+test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
+deadline=${PB_DEADLINE:-480}
+OUT=${OUT:-/tmp/pb-out}
+work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
+: "${PB_SHAPE:=64x1024}" "${PB_PLANT_MS:=0.1}" "${PB_SAMPLING:=plain}" "${PB_WARMUP:=1}"
+: "${PB_ASYNC:=default}" "${PB_GPU_GIB:=74}"
+knobs="PB_SHAPE=$PB_SHAPE PB_PLANT_MS=$PB_PLANT_MS PB_SAMPLING=$PB_SAMPLING PB_WARMUP=$PB_WARMUP"
+knobs+=" PB_ASYNC=$PB_ASYNC PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
+python3 -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" \
+  --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" \
+  --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \
+  --out-args "$work/args" --meta "$work/meta.json" || exit 5
+mapfile -t plan < "$work/args"
+timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
+  --model /tmp/pb-model --base-site /tmp/vllm-bundle/site "${plan[@]}" --rounds 400 \
+  --warmup "$PB_WARMUP" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
+  --work "$work" --cache-root /tmp/pb-vllm-cache/engine-aa --meta "$work/meta.json" \
+  --out "$OUT/gpu/$tag.json"
+rc=$?
+if [ "$rc" -ne 0 ]; then  # a killed driver leaves its workers (each in its own process group)
+  for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done
+fi
+for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
+echo "gpu_engine_aa $tag: rc $rc"
+exit $rc

@@ -1,0 +1,113 @@
+"""The plan of issue 20's engine-level resolution proof on the GPU (scripts/gpu_engine_aa.sh):
+the `python -m verify.ab engine` arguments of three engines of the official bundle measuring
+one config, and the run's meta (vLLM version read from the bundle, the checkout's series).
+
+    pristine, pristine2   the bundle twice: the A/A control
+    planted               pristine + a host sleep per Scheduler.schedule call (verify/ab/plant)
+
+KV cache and limits come from verify.gpu.penalty_plan.engine_args (the largest shape held
+without preemption; a plan whose engines do not fit the GPU together is refused).
+
+    python3 -m verify.gpu.engine_aa --shape 64x1024 --plant-ms 0.1 --out-args ARGS --meta META
+
+Standard library only at import (runs on the device with nothing but the bundle)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+from verify.gpu.penalty_plan import GPU_BUDGET, config_name, engine_args, parse_shapes
+from verify.series import series_hash
+
+VARIANTS = ("pristine", "pristine2", "planted")
+SAMPLINGS = {"plain": {"temperature": 1.0}, "greedy": {"temperature": 0.0}}
+ASYNC = {"default": None, "1": True, "0": False}
+#: Where `python -m verify.gpu_overlay` packs the series (carried to the device as .gpu/overlay).
+OVERLAY = Path(".gpu/overlay")
+
+
+def plan(
+    batch: int,
+    output_len: int,
+    plant_ms: float,
+    sampling: str = "plain",
+    async_scheduling: bool | None = None,
+    gpu_budget: int = GPU_BUDGET,
+) -> list[str]:
+    """The engine front-end's arguments (one per item): the three variants, one config, the
+    A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default)."""
+    if sampling not in SAMPLINGS:
+        raise SystemExit(f"sampling {sampling!r}: expected one of {list(SAMPLINGS)}")
+    if plant_ms <= 0:
+        raise SystemExit(f"planted delay {plant_ms} ms: expected a delay above 0")
+    name = config_name(sampling, batch, output_len)
+    config = {"batch": batch, "output_len": output_len, **SAMPLINGS[sampling]}
+    args = ["--variant=pristine=", "--variant=pristine2="]
+    args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={plant_ms:g}"]
+    args += [f"--config={name}={json.dumps(config)}"]
+    args += [f"--compare=pristine/{name}:{twin}/{name}" for twin in ("pristine2", "planted")]
+    engine = engine_args(len(VARIANTS), [(batch, output_len)], gpu_budget)
+    if async_scheduling is not None:
+        engine["async_scheduling"] = async_scheduling
+    return args + [f"--engine-args={json.dumps(engine)}"]
+
+
+def meta(command: str, plant_ms: float, overlay: Path = OVERLAY) -> dict:
+    """What the record says of the run besides the front-end's own: the vLLM version of the
+    bundle on PYTHONPATH, the checkout's series hash (none of its patches runs here) and, where
+    the carried overlay packs that series, its per-patch diff hashes (read_series needs git,
+    which the device lacks)."""
+    version = importlib.metadata.version("vllm").split("+")[0]
+    out = {
+        "vllm_version": version,
+        "series_hash": series_hash(version),
+        "command": command,
+        "runner": "the pin's default (workers[...].model_runner says which)",
+        "planted_delay_ms": plant_ms,
+    }
+    packed = overlay / version
+    if (packed / "SERIES_HASH").is_file() and (packed / "PATCH_HASHES.json").is_file():
+        if (packed / "SERIES_HASH").read_text().strip() == out["series_hash"]:
+            out["patch_hashes"] = json.loads((packed / "PATCH_HASHES.json").read_text())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", default="64x1024", help="BxL: batch x output tokens")
+    parser.add_argument("--plant-ms", type=float, default=0.1, help="sleep per schedule call")
+    parser.add_argument("--sampling", default="plain", choices=sorted(SAMPLINGS))
+    parser.add_argument("--async-scheduling", default="default", choices=sorted(ASYNC))
+    parser.add_argument("--gpu-gib", type=float, default=GPU_BUDGET / 2**30, help="for all engines")
+    parser.add_argument("--command", default="bash scripts/gpu_engine_aa.sh", help="for the record")
+    parser.add_argument("--overlay", type=Path, default=OVERLAY, help="for the patch hashes")
+    parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
+    parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
+    parser.add_argument("--meta", type=Path, required=True, help="the record's meta (JSON)")
+    args = parser.parse_args(argv)
+    (batch, output_len), *more = parse_shapes(args.shape)
+    if more:
+        raise SystemExit(f"--shape {args.shape!r}: one BxL shape")
+    items = plan(
+        batch,
+        output_len,
+        args.plant_ms,
+        args.sampling,
+        ASYNC[args.async_scheduling],
+        int(args.gpu_gib * 2**30),
+    )
+    if args.build_model:
+        from verify.gpu import device
+
+        device.build_model()
+    args.out_args.write_text("\n".join(items) + "\n")
+    args.meta.write_text(json.dumps(meta(args.command, args.plant_ms, args.overlay)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
