@@ -162,18 +162,23 @@ def provenance() -> dict:
     return out
 
 
+#: The client's rates: a count over the benchmark's duration (`vllm bench serve`).
+CLIENT_RATES = ("output_throughput", "request_throughput", "total_token_throughput")
+
+
 def planted_prediction(
     rnd: ab_rounds.Round, baseline: str, planted: str, metric: str = "output_throughput"
 ) -> float | None:
     """Ratio planted/baseline of `metric` if every planted delay were on the critical path:
-    the client's run stretched by the time slept (output_throughput), or each engine step by
-    the mean delay per step (server_token_rate, the inverse of the server's mean ITL)."""
+    the client's run stretched by the time slept (a client rate: output or request
+    throughput), or each engine step by the mean delay per step (server_token_rate, the
+    inverse of the server's mean ITL)."""
     slept = rnd.values[planted].get("planted_slept_s")
     steps = rnd.values[planted].get("planted_steps")
     base = rnd.values[baseline]
     if not slept:
         return None
-    if metric == "output_throughput" and base.get("duration"):
+    if metric in CLIENT_RATES and base.get("duration"):
         return base["duration"] / (base["duration"] + slept)
     if metric == "server_token_rate" and steps and base.get("server_mean_itl_ms"):
         itl = base["server_mean_itl_ms"] / 1000
@@ -181,8 +186,9 @@ def planted_prediction(
     return None
 
 
-#: What each comparison is judged on: the client's output throughput (vllm bench serve) and
-#: the engine's token rate from the server's own inter-token latency (free of client overhead).
+#: What each comparison is judged on by default: the client's output throughput (vllm bench
+#: serve) and the engine's token rate from the server's own inter-token latency (free of client
+#: overhead). A pooling server generates no tokens: judge it on request_throughput (--metric).
 METRICS = ("output_throughput", "server_token_rate")
 
 
@@ -209,8 +215,10 @@ def serve(args) -> int:
     unknown = {v for c in comparisons for v in c} - set(variants)
     if unknown:
         raise SystemExit(f"--compare names unknown variants {sorted(unknown)}")
+    wanted = tuple(args.metric or METRICS)
     started = time.monotonic()
     record = record_head("serve-ab", args, variants, provenance())
+    record["metrics"] = list(wanted)
     with contextlib.ExitStack() as stack:
         cpus: dict[str, list[int] | None] = dict.fromkeys(variants)
         if args.cpus_per_server:
@@ -242,13 +250,14 @@ def serve(args) -> int:
             return values
 
         def progress(rnd: ab_rounds.Round) -> None:
+            first = wanted[0]
             tput = ", ".join(
-                f"{n} {v['output_throughput']:.0f}"
+                f"{n} {v.get(first, float('nan')):.1f}"
                 + (f" ({v['server_mean_itl_ms']:.3f} ms ITL)" if "server_mean_itl_ms" in v else "")
                 for n, v in sorted(rnd.values.items())
             )
             tag = "warm-up" if rnd.warmup else "round"
-            say(f"{tag} {rnd.index} ({' '.join(rnd.order)}): {tput} out tok/s")
+            say(f"{tag} {rnd.index} ({' '.join(rnd.order)}): {first} {tput}")
 
         done = ab_rounds.run_rounds(
             measure,
@@ -262,10 +271,12 @@ def serve(args) -> int:
     record["comparisons"] = []
     counted = [r for r in done if not r.warmup]
     metrics = [
-        m for m in METRICS if counted and all(m in v for r in counted for v in r.values.values())
+        m for m in wanted if counted and all(m in v for r in counted for v in r.values.values())
     ]
+    for metric in sorted(set(wanted) - set(metrics)):
+        say(f"{metric}: not in every counted round of every variant, not compared")
     for base, var in comparisons:
-        cmp: dict = {}
+        cmp: dict = {"baseline": base, "variant": var}
         for metric in metrics:
             result = ab_rounds.compare(
                 done, base, var, metric, threshold=args.threshold, higher_is_better=True
@@ -275,8 +286,8 @@ def serve(args) -> int:
                 geo = math.exp(sum(math.log(p) for p in predicted) / len(predicted))
                 result["predicted_if_all_on_critical_path"] = geo
             say(f"{metric}: {result['text']} -> {result['outcome']}")
-            if metric == METRICS[0]:
-                cmp.update(result)  # the client's metric at top level (records of earlier runs)
+            if metric == wanted[0]:
+                cmp.update(result)  # the first metric at top level (records of earlier runs)
             else:
                 cmp[metric] = result
         record["comparisons"].append(cmp)
@@ -577,6 +588,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=1e9, help="stop before a round past this")
     p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
+    p.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="a round metric to compare (repeatable; the first is the record's headline; "
+        f"default: {', '.join(METRICS)}); e.g. request_throughput for a pooling server",
+    )
     p.add_argument("--health-s", type=float, default=600)
     p.add_argument(
         "--cpus-per-server",

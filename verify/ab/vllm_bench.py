@@ -16,6 +16,7 @@ METRICS = (
     "total_token_throughput",
     "duration",
     "completed",
+    "total_input_tokens",
     "total_output_tokens",
     "median_ttft_ms",
     "p99_ttft_ms",
@@ -23,6 +24,8 @@ METRICS = (
     "p99_tpot_ms",
     "median_itl_ms",
     "p99_itl_ms",
+    "median_e2el_ms",  # the only latency of a pooling (embeddings) benchmark
+    "p99_e2el_ms",
 )
 
 
