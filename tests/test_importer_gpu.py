@@ -488,3 +488,13 @@ def test_serve_ab_grit_without_request_throughput_is_a_named_error(mod: ModuleTy
     _write_grit(tmp_path, data)
     with pytest.raises(PatchbenchError, match="ab-serve-grit.json: no counted round has"):
         mod.serve_ab("0.18.1")
+
+
+def test_serve_ab_grit_says_when_the_servers_ran_eager(mod: ModuleType, tmp_path):
+    data = _grit_file(GRIT)
+    _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0 --enforce-eager"]})
+    (record,) = mod.serve_ab("0.18.1")
+    assert "vllm serve ran with --enforce-eager" in record["numbers"]["workload"]
+    _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0"]})
+    (record,) = mod.serve_ab("0.18.1")
+    assert "enforce-eager" not in record["numbers"]["workload"]

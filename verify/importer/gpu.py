@@ -979,6 +979,12 @@ def _serve_ab_record(version: str, name: str) -> list[dict]:
     planted = ab_rounds.paired(done, "pristine", "planted", metric)
     calibration = resolution.judge(aa, planted, _predicted(planted_cmp, metric))
     short = short_rounds(counted)
+    eager = (
+        "; vllm serve ran with --enforce-eager (gpu_ab.sh's retry after the servers failed to "
+        "start with compilation)"
+        if "--enforce-eager" in " ".join(src.get("argv", []))
+        else ""
+    )
     controls = [("pristine2 / pristine (A/A)", "pristine", "pristine2")]
     controls.append(("planted / pristine", "pristine", "planted"))
     wheel = (
@@ -1020,7 +1026,7 @@ def _serve_ab_record(version: str, name: str) -> list[dict]:
             "startup_s": src["startup_s"],
             "wheel": src.get("wheel"),
             "workload": f"{workload}; {len(src['variants'])} servers on one H100, one "
-            "measurement per variant per round, rotating order, warm-up rounds discarded",
+            "measurement per variant per round, rotating order, warm-up rounds discarded" + eager,
         }
         if short:
             numbers["rounds_with_failed_requests"] = short
