@@ -3,7 +3,7 @@
 than the image's (vLLM 0.18.1: torch 2.10 + CUDA 12.9, 433 MB; the image: torch 2.11 + CUDA 13),
 in pieces of at most 58 MiB (one device call each), installed by the same install.sh.
 
-    python scripts/pack_gpu_bundle.py 0.18.1 --out .gpu/b0181     # -> .gpu/b0181/a, b, ...
+    python scripts/pack_gpu_bundle.py 0.18.1 --out .gpu/b0181   # -> .gpu/b0181/a, b (28 MiB each)
 
 What ../shared/gpu/make-bundle.py does (its functions are used: the official wheel, the same
 dropped files, vLLM's requirements that the image lacks, install.sh), and three more things:
@@ -94,10 +94,11 @@ def pack(args, mb, tar_path: Path, report: dict) -> None:
             report["added"].append("sitecustomize.py (verify/gpu/bundle_site.py)")
 
 
-def split(tar_path: Path, out: Path, limit: int) -> list[str]:
-    """The archive in equal pieces of at most `limit` bytes: out/a/vllm.tar.xz.00, out/b/..."""
+def split(tar_path: Path, out: Path, limit: int, pieces: int = 1) -> list[str]:
+    """The archive in equal pieces (at least `pieces`) of at most `limit` bytes:
+    out/a/vllm.tar.xz.00, out/b/vllm.tar.xz.01, ..."""
     data = tar_path.read_bytes()
-    count = -(-len(data) // limit)
+    count = max(pieces, -(-len(data) // limit))
     size = -(-len(data) // count)
     names = []
     for i in range(count):
@@ -115,6 +116,13 @@ def main() -> None:
     ap.add_argument("version")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--arch", type=int, default=90, help="the GPU's SM architecture (90: H100)")
+    ap.add_argument(
+        "--pieces",
+        type=int,
+        default=2,
+        help="at least this many pieces (small carries; 0.18.1 "
+        "fits one piece of 56 MiB, which leaves little room for the project's files in a call)",
+    )
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "vllm-gpu-bundle")
     ap.add_argument("--make-bundle", type=Path, default=REPO.parent / "shared/gpu/make-bundle.py")
     args = ap.parse_args()
@@ -127,7 +135,7 @@ def main() -> None:
         tar_path = Path(tmp) / "vllm.tar.xz"
         pack(args, mb, tar_path, report)
         report["sha256"] = hashlib.sha256(tar_path.read_bytes()).hexdigest()
-        report["pieces"] = split(tar_path, args.out, mb.PIECE_LIMIT)
+        report["pieces"] = split(tar_path, args.out, mb.PIECE_LIMIT, args.pieces)
         print(f"packed: {tar_path.stat().st_size / 2**20:.1f} MiB", flush=True)
     report["dropped"], report["skipped_requirements"] = list(mb.DROP), sorted(mb.SKIP_REQS)
     for folder in sorted(p for p in args.out.iterdir() if p.is_dir()):

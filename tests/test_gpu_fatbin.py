@@ -109,3 +109,5 @@ def test_the_packer_splits_into_equal_pieces_that_join_back(tmp_path):
     pieces = [tmp_path / "out" / f / n for f, n in zip("abc", names, strict=True)]
     assert all(p.stat().st_size <= 4000 for p in pieces)
     assert b"".join(p.read_bytes() for p in pieces) == archive.read_bytes()
+    assert packer.split(archive, tmp_path / "two", 58 << 20, pieces=2) == names[:2]
+    assert (tmp_path / "two" / "b" / names[1]).stat().st_size == 10496 // 2
