@@ -195,13 +195,16 @@ def _fake_pooling_bench(monkeypatch, effects: dict[str, float]):
     def bench_args(url, model, tokenizer, extra):
         return argparse.Namespace(url=url)
 
-    def run_bench(args, seed):
+    def run_bench(args, seed, at_start):
         name = next(n for n, s in servers.items() if s.url == args.url)
         duration = 2.0 / effects.get(name, 1.0) * (1 + 0.001 * (seed % 3))
         count = servers[name].env.get("PATCHBENCH_PLANT_COUNT")
-        if count:
-            steps, slept = ab.read_count(Path(count))
-            Path(count).write_text(f"{steps + 50} {slept + 0.01}")
+        for slept, steps in ((0.05, 7), (0.01, 50)):  # the warm-ups, then the timed run
+            if count:
+                before = ab.read_count(Path(count))
+                Path(count).write_text(f"{before[0] + steps} {before[1] + slept}")
+            if steps == 7:
+                at_start()
         return {"request_throughput": 2000 / duration, "duration": duration, "completed": 2000}
 
     monkeypatch.setattr(ab, "Server", _FakeServer)
@@ -236,3 +239,34 @@ def test_serve_judges_the_metric_asked_for(tmp_path, monkeypatch):
     assert planted["predicted_if_all_on_critical_path"] == pytest.approx(2.0 / 2.01, rel=2e-3)
     assert (patch["variant"], patch["outcome"]) == ("only-0001", "faster")
     assert patch["ratio"] == pytest.approx(1.3, rel=1e-2)
+
+
+def test_run_bench_reads_the_server_when_the_timed_run_starts(monkeypatch):
+    """The benchmark's warm-up requests count neither in the server's deltas nor in what
+    `at_start` reads: both are taken when its printout says the timed run starts."""
+    import argparse
+    import sys
+    import types
+
+    from verify.ab import vllm_bench
+
+    counter = {"vllm:iteration_tokens_total_count": 0.0}
+    seen = []
+
+    def main(args):
+        print("Warming up with 100 requests...")
+        counter["vllm:iteration_tokens_total_count"] += 30  # warm-up steps
+        print("Warmup run completed.")
+        print("Starting main benchmark run...")
+        counter["vllm:iteration_tokens_total_count"] += 12  # the timed run's steps
+        return {"completed": 2000, "request_throughput": 900.0, "duration": 2.2}
+
+    serve = types.ModuleType("vllm.benchmarks.serve")
+    serve.main = main
+    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", serve)
+    monkeypatch.setattr(vllm_bench, "scrape", lambda url: dict(counter))
+    args = argparse.Namespace(base_url="http://x")
+    at_start = lambda: seen.append(counter["vllm:iteration_tokens_total_count"])  # noqa: E731
+    values = vllm_bench.run_bench(args, seed=3, at_start=at_start)
+    assert values["server_steps"] == 12 and values["request_throughput"] == 900.0
+    assert seen == [0.0, 30.0]  # before the run (a fallback), then at the timed run's start

@@ -241,12 +241,16 @@ def serve(args) -> int:
         def measure(name: str, index: int) -> dict[str, float]:
             planted = servers[name].env.get("PATCHBENCH_PLANT_COUNT")
             count = Path(planted) if planted else None
-            before = read_count(count) if count else (0, 0.0)
-            values = run_bench(bench[name], seed=index)
+            before = [(0, 0.0)]
+
+            def at_start() -> None:  # the planted steps of the timed run only (no warm-ups)
+                before[0] = read_count(count) if count else (0, 0.0)
+
+            values = run_bench(bench[name], seed=index, at_start=at_start)
             if count:
                 after = read_count(count)
-                values["planted_steps"] = after[0] - before[0]
-                values["planted_slept_s"] = after[1] - before[1]
+                values["planted_steps"] = after[0] - before[0][0]
+                values["planted_slept_s"] = after[1] - before[0][1]
             return values
 
         def progress(rnd: ab_rounds.Round) -> None:
