@@ -20,7 +20,7 @@
 #          on request throughput; the 0.18.1 bundle installed with BUNDLE_ROOT=/tmp/vllm-0181
 # Knobs: PB_CPUS (default: (nproc - 2) / servers): CPUs of its own per server (taskset; the driver and its benchmark
 # client get the rest; 0: no pinning); PB_WHEEL=0 leaves the wheel out; PB_WORK (/root/pb-ab); PB_PLANT_MS (0.15, grit
-# 0.5); PB_BUNDLE: the bundle root (default /tmp/vllm-bundle, grit /tmp/vllm-0181); PB_SERVE_EXTRA:
+# 2: a pooling run has few engine steps); PB_BUNDLE: the bundle root (default /tmp/vllm-bundle, grit /tmp/vllm-0181); PB_SERVE_EXTRA:
 # more vllm serve arguments; grit retries with --enforce-eager if its servers fail to start
 # (PB_EAGER_RETRY=0: no retry).
 # Needs the pin's bundle installed (pieces a and b, one call each) and .gpu/overlay/<pin>.
@@ -29,7 +29,7 @@ tag=${1:?usage: gpu_ab.sh TAG [mrv2|ngram|grit]}
 workload=${2:-mrv2}
 work=${PB_WORK:-/root/pb-ab}/$tag
 version=0.22.0 bundle=${PB_BUNDLE:-/tmp/vllm-bundle} sites_root=/tmp/pb-sites
-wheel_root=/tmp/vllm-patched plant_ms=0.15 kind=plain dataset="" metric=()
+wheel_root=/tmp/vllm-patched plant_ms=0.15 plant_every=8 kind=plain dataset="" metric=()
 case $workload in
   mrv2) sites="only-0001" model=/tmp/pb-model kv_gib=10
     serve="--max-model-len 4096"
@@ -39,7 +39,7 @@ case $workload in
     serve="--max-model-len 2048 --speculative-config '{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}'"
     bench="--dataset-name random --ignore-eos --random-input-len 64 --random-output-len 512 --num-prompts 16 --max-concurrency 4 --temperature 1.0" ;;
   grit) version=0.18.1 bundle=${PB_BUNDLE:-/tmp/vllm-0181} sites_root=/tmp/pb-sites-0.18.1
-    wheel_root=/tmp/vllm-patched-0181 plant_ms=0.5 kind=grit kv_gib=1
+    wheel_root=/tmp/vllm-patched-0181 plant_ms=2 plant_every=1 kind=grit kv_gib=1
     sites="only-0001" model=/tmp/pb-grit-model dataset=$work/gritlm_bench.jsonl
     serve="--runner pooling --max-model-len 4000"
     bench="--backend openai-embeddings --endpoint /v1/embeddings --dataset-name custom --dataset-path $dataset --skip-chat-template --custom-output-len 1 --num-prompts 2000 --num-warmups 100 --request-rate inf"
@@ -74,7 +74,7 @@ Path(meta).write_text(json.dumps({
 }))
 PY
 variants=(--variant pristine= --variant pristine2=
-  --variant "planted=plant,PATCHBENCH_PLANT_DELAY_MS=${PB_PLANT_MS:-$plant_ms}")
+  --variant "planted=plant,PATCHBENCH_PLANT_DELAY_MS=${PB_PLANT_MS:-$plant_ms},PATCHBENCH_PLANT_COUNT_EVERY=$plant_every")
 compare=(--compare pristine:pristine2 --compare pristine:planted)
 for site in $sites; do variants+=(--variant "$site=$sites_root/$site"); done
 case $sites in

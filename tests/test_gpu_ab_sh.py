@@ -52,7 +52,8 @@ def test_grit_serves_the_0181_bundle_through_the_embeddings_endpoint(tmp_path):
     names = [v.split("=", 1)[0] for v in args.variant]
     assert names == ["pristine", "pristine2", "planted", "only-0001"]
     assert "only-0001=/tmp/pb-sites-0.18.1/only-0001" in args.variant
-    assert "PATCHBENCH_PLANT_DELAY_MS=0.5" in args.variant[2]
+    assert "PATCHBENCH_PLANT_DELAY_MS=2," in args.variant[2]
+    assert args.variant[2].endswith("PATCHBENCH_PLANT_COUNT_EVERY=1")
     assert args.compare == ["pristine:pristine2", "pristine:planted", "pristine:only-0001"]
     assert "--runner pooling --max-model-len 4000" in args.serve_args
     bench = shlex.split(args.bench_args)
