@@ -4,6 +4,7 @@ effect resolved with the right sign and size while an A/A comparison is not."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +152,121 @@ def test_cpu_plan_gives_each_server_its_own_cpus_and_keeps_some_for_the_client()
     assert own == [[4, 5, 6], [7, 8, 9], [10, 11, 12], [13, 14, 15]]
     with pytest.raises(SystemExit, match="needs more than the 16 CPUs"):
         cpu_plan(4, 4, list(range(16)))  # nothing left for the benchmark client
+
+
+def test_planted_prediction_of_request_throughput_is_the_stretched_run():
+    rnd = rounds.Round(0, ("a", "p"))
+    rnd.values = {"a": {"duration": 2.0}, "p": {"planted_steps": 80, "planted_slept_s": 0.04}}
+    assert planted_prediction(rnd, "a", "p", "request_throughput") == pytest.approx(2.0 / 2.04)
+
+
+class _FakeServer:
+    """Stands in for `vllm serve`: healthy at once; its planted count file is written by the
+    fake benchmark below, as the planted shim would."""
+
+    def __init__(self, cmd, env, port, log, label, health_s):
+        self.env, self.url = env, f"http://127.0.0.1:{port}"
+
+    def start(self):
+        return self
+
+    def wait_healthy(self):
+        return 1.0
+
+    def stop(self):
+        pass
+
+
+def _fake_pooling_bench(monkeypatch, effects: dict[str, float]):
+    """An embeddings benchmark (no output tokens): 2000 requests in 2 s x the variant's
+    slowdown; the planted variant sleeps 10 ms in 50 steps per run."""
+    import argparse
+
+    from verify.ab import __main__ as ab
+    from verify.ab import vllm_bench
+
+    servers: dict[str, _FakeServer] = {}
+    real_server_for = ab.server_for
+
+    def server_for(name, paths, env, args, work, cpus=None):
+        servers[name] = real_server_for(name, paths, env, args, work, cpus)
+        return servers[name]
+
+    def bench_args(url, model, tokenizer, extra):
+        return argparse.Namespace(url=url)
+
+    def run_bench(args, seed, at_start):
+        name = next(n for n, s in servers.items() if s.url == args.url)
+        duration = 2.0 / effects.get(name, 1.0) * (1 + 0.001 * (seed % 3))
+        count = servers[name].env.get("PATCHBENCH_PLANT_COUNT")
+        for slept, steps in ((0.05, 7), (0.01, 50)):  # the warm-ups, then the timed run
+            if count:
+                before = ab.read_count(Path(count))
+                Path(count).write_text(f"{before[0] + steps} {before[1] + slept}")
+            if steps == 7:
+                at_start()
+        return {"request_throughput": 2000 / duration, "duration": duration, "completed": 2000}
+
+    monkeypatch.setattr(ab, "Server", _FakeServer)
+    monkeypatch.setattr(ab, "server_for", server_for)
+    monkeypatch.setattr(ab, "provenance", ab.host_provenance)
+    monkeypatch.setattr(vllm_bench, "bench_args", bench_args)
+    monkeypatch.setattr(vllm_bench, "run_bench", run_bench)
+
+
+def test_serve_judges_the_metric_asked_for(tmp_path, monkeypatch):
+    """A pooling server's A/B (--metric request_throughput): every comparison on request
+    throughput, the planted one with its expected size, and no output-token metric."""
+    import json
+
+    from verify.ab.__main__ import main
+
+    effects = {"planted": 2.0 / 2.01, "only-0001": 1.3}
+    _fake_pooling_bench(monkeypatch, effects)
+    out = tmp_path / "ab.json"
+    argv = ["serve", "--model", "m", "--base-site", "/site", "--work", str(tmp_path / "w")]
+    for spec in ("pristine=", "pristine2=", "planted=plant,PATCHBENCH_PLANT_DELAY_MS=1"):
+        argv += ["--variant", spec]
+    argv += ["--variant", "only-0001=/sites/only-0001", "--metric", "request_throughput"]
+    for pair in ("pristine:pristine2", "pristine:planted", "pristine:only-0001"):
+        argv += ["--compare", pair]
+    assert main([*argv, "--rounds", "6", "--warmup", "1", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["metrics"] == ["request_throughput"]
+    aa, planted, patch = record["comparisons"]
+    assert all(c["metric"] == "request_throughput" for c in record["comparisons"])
+    assert "output_throughput" not in json.dumps(record["comparisons"])
+    assert planted["predicted_if_all_on_critical_path"] == pytest.approx(2.0 / 2.01, rel=2e-3)
+    assert (patch["variant"], patch["outcome"]) == ("only-0001", "faster")
+    assert patch["ratio"] == pytest.approx(1.3, rel=1e-2)
+
+
+def test_run_bench_reads_the_server_when_the_timed_run_starts(monkeypatch):
+    """The benchmark's warm-up requests count neither in the server's deltas nor in what
+    `at_start` reads: both are taken when its printout says the timed run starts."""
+    import argparse
+    import sys
+    import types
+
+    from verify.ab import vllm_bench
+
+    counter = {"vllm:iteration_tokens_total_count": 0.0}
+    seen = []
+
+    def main(args):
+        print("Warming up with 100 requests...")
+        counter["vllm:iteration_tokens_total_count"] += 30  # warm-up steps
+        print("Warmup run completed.")
+        print("Starting main benchmark run...")
+        counter["vllm:iteration_tokens_total_count"] += 12  # the timed run's steps
+        return {"completed": 2000, "request_throughput": 900.0, "duration": 2.2}
+
+    serve = types.ModuleType("vllm.benchmarks.serve")
+    serve.main = main
+    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", serve)
+    monkeypatch.setattr(vllm_bench, "scrape", lambda url: dict(counter))
+    args = argparse.Namespace(base_url="http://x")
+    at_start = lambda: seen.append(counter["vllm:iteration_tokens_total_count"])  # noqa: E731
+    values = vllm_bench.run_bench(args, seed=3, at_start=at_start)
+    assert values["server_steps"] == 12 and values["request_throughput"] == 900.0
+    assert seen == [0.0, 30.0]  # before the run (a fallback), then at the timed run's start

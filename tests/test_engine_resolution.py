@@ -41,13 +41,22 @@ def test_a_measurement_gets_the_steps_and_seconds_slept_during_it(tmp_path):
     count = tmp_path / "count"
     count.write_text("16 0.002")  # a warm-up before the measurement
 
-    def run() -> dict:
+    def run(mark) -> dict:
         count.write_text("1040 0.130")
         return {"tok_per_s": 1.0}
 
     got = with_plant_count({"PATCHBENCH_PLANT_COUNT": str(count)}, run)
     assert got["planted_steps"] == 1024 and got["planted_slept_s"] == pytest.approx(0.128)
     assert with_plant_count({}, run) == {"tok_per_s": 1.0}
+
+    def run_marked(mark) -> dict:  # the count starts where the run marks its timed part
+        count.write_text("1100 0.140")
+        mark()
+        count.write_text("1200 0.150")
+        return {"tok_per_s": 1.0}
+
+    got = with_plant_count({"PATCHBENCH_PLANT_COUNT": str(count)}, run_marked)
+    assert got["planted_steps"] == 100 and got["planted_slept_s"] == pytest.approx(0.010)
 
 
 #: A stand-in engine worker (no vLLM): a batch of L tokens takes L scheduler steps of 10 ms

@@ -39,3 +39,17 @@ def test_a_bundle_that_is_not_the_pristine_sdist_is_refused(roots):
     (bundle / "vllm" / "a.py").write_text("something else\n")
     with pytest.raises(SystemExit, match="bundle files differ from the pristine sdist"):
         device.build_sites(overlay, {"only-0001"})
+
+
+def test_a_second_pins_bundle_gets_roots_of_its_own(roots, tmp_path):
+    """0.18.1's bundle beside 0.22.0's: its roots are made from it, in their own folder."""
+    _, overlay = roots
+    other = tmp_path / "bundle-0.18.1"
+    (other / "vllm").mkdir(parents=True)
+    (other / "vllm" / "a.py").write_text("pristine a\n")
+    (other / "vllm" / "only-here.py").write_text("0.18.1\n")
+    sites = tmp_path / "sites-0.18.1"
+    device.build_sites(overlay, {"only-0001"}, other, sites)
+    assert (sites / "only-0001" / "vllm" / "only-here.py").read_text() == "0.18.1\n"
+    assert (sites / "only-0001" / "vllm" / "a.py").read_text() == "patched a\n"
+    assert not (tmp_path / "sites").exists()

@@ -43,6 +43,20 @@ def test_planted_delay_sleeps_in_every_schedule_call_and_counts(tmp_path: Path):
     assert int(calls) == 16 and float(slept) >= 16 * 0.002
 
 
+def test_planted_count_can_be_written_at_every_step(tmp_path: Path):
+    """A pooling run has a few engine steps: counted every 8, its count would be 0."""
+    _fake_vllm(tmp_path, "vllm.v1.core.sched.scheduler", "class Scheduler:\n"
+               "    def schedule(self):\n        return 'scheduled'\n")  # fmt: skip
+    code = "from vllm.v1.core.sched.scheduler import Scheduler as S\n"
+    code += "[S().schedule() for _ in range(3)]"
+    for every, expected in (("8", None), ("1", "3")):
+        count = tmp_path / f"count-{every}"
+        _run([PLANT_SITE, tmp_path], code, PATCHBENCH_PLANT_DELAY_MS="1",
+             PATCHBENCH_PLANT_COUNT=str(count), PATCHBENCH_PLANT_COUNT_EVERY=every)  # fmt: skip
+        calls = count.read_text().split()[0] if count.exists() else None
+        assert calls == expected
+
+
 def test_no_delay_no_hook(tmp_path: Path):
     _fake_vllm(tmp_path, "vllm.v1.core.sched.scheduler", "class Scheduler:\n    pass\n")
     code = (

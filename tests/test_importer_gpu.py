@@ -387,3 +387,114 @@ def test_serve_ab_ngram_compares_the_patch_on_top_of_its_base(mod: ModuleType, t
     assert record["step"] == "gpu-serve-ab-ngram"
     assert (record["numbers"]["baseline"], record["numbers"]["variant"]) == ("at-0005", "at-0006")
     assert record["outcome"] == "no difference resolved"
+
+
+def _grit_file(effects: dict[str, float], short: dict[str, int] | None = None) -> dict:
+    """A `gpu_ab.sh TAG grit` run on 0.18.1: embeddings rounds (request throughput, no output
+    tokens, no ITL); `short`: variant -> rounds in which it completed 1990 of 2000 requests."""
+    rounds = []
+    for i in range(12):
+        drift = 1 + 0.03 * ((i % 3) - 1)
+        values = {}
+        for j, (name, effect) in enumerate(effects.items()):
+            rate = 900.0 * drift * effect * (1 + 0.002 * (-1) ** (i + j))
+            completed = 1990 if i < (short or {}).get(name, 0) else 2000
+            values[name] = {"request_throughput": rate, "duration": 2000 / rate}
+            values[name] |= {"completed": completed, "total_input_tokens": 70000}
+            if name == "planted":
+                values[name] |= {"planted_steps": 80, "planted_slept_s": 0.04}
+        rounds.append({"index": i, "order": list(effects), "warmup": False, "values": values})
+    comparisons = [{"baseline": "pristine", "variant": v, "metric": "request_throughput"}
+                   for v in effects if v != "pristine"]  # fmt: skip
+    comparisons[1]["predicted_if_all_on_critical_path"] = 0.98
+    return {
+        "vllm_version": "0.18.1",
+        "machine": {"python": "3.12", "cpu": "x", "gpu": "H100", "torch": "2.11"},
+        "variants": {name: {"pythonpath": [], "env": {}} for name in effects},
+        "metrics": ["request_throughput"],
+        "rounds": rounds,
+        "comparisons": comparisons,
+        "startup_s": {},
+    }
+
+
+GRIT = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.98, "only-0001": 1.3}
+
+
+def _write_grit(root: Path, data: dict) -> None:
+    (root / "0.18.1").mkdir(exist_ok=True)
+    (root / "0.18.1" / "ab-serve-grit.json").write_text(json.dumps({**META, **data}))
+
+
+def test_serve_ab_grit_judges_request_throughput_on_the_0181_pin(mod: ModuleType, tmp_path):
+    _write_grit(tmp_path, _grit_file(GRIT))
+    (record,) = mod.serve_ab("0.18.1")
+    assert (record["step"], record["seed"], record["vllm_version"]) == (
+        "gpu-serve-ab-grit",
+        "002",
+        "0.18.1",
+    )
+    assert list(record["patches"]) == ["pooling-prompt-ids-on-cpu"]
+    numbers = record["numbers"]
+    assert (numbers["metric"], numbers["variant"], numbers["calibration"]) == (
+        "request_throughput",
+        "only-0001",
+        "pass",
+    )
+    assert numbers["ratio"]["ratio"] == pytest.approx(1.3, rel=1e-2)
+    assert numbers["total_input_tokens_per_run"] == [70000]
+    assert record["outcome"] == "pass"
+    assert "client request throughput" in record["tables"][0]
+    assert "ITL" not in record["tables"][0] and "output throughput" not in record["tables"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "outcome", "reason"),
+    [
+        ({"pristine2": 1.04}, "inconclusive", "excludes 1"),  # A/A sees a difference
+        ({"planted": 1.0}, "inconclusive", "planted slowdown not resolved"),
+        ({"planted": 0.90}, "inconclusive", "misses its expected size 0.980"),
+        ({"only-0001": 1.0}, "no difference resolved", "patched/pristine"),
+    ],
+)
+def test_serve_ab_grit_controls_decide_what_the_ratio_means(
+    mod: ModuleType, tmp_path, change, outcome, reason
+):
+    _write_grit(tmp_path, _grit_file({**GRIT, **change}))
+    (record,) = mod.serve_ab("0.18.1")
+    assert record["outcome"] == outcome
+    assert reason in record["reason"]
+
+
+@pytest.mark.parametrize(
+    ("short", "outcome"), [({"only-0001": 2}, "fail"), ({"pristine2": 1}, "inconclusive")]
+)
+def test_serve_ab_failed_requests_are_never_a_pass(mod: ModuleType, tmp_path, short, outcome):
+    """A server that fails requests finishes its benchmark sooner: the patched one failing is
+    a fail, a control failing leaves the run inconclusive."""
+    _write_grit(tmp_path, _grit_file(GRIT, short))
+    (record,) = mod.serve_ab("0.18.1")
+    assert record["outcome"] == outcome
+    assert "requests failed" in record["reason"]
+    assert record["numbers"]["rounds_with_failed_requests"] == short
+
+
+def test_serve_ab_grit_without_request_throughput_is_a_named_error(mod: ModuleType, tmp_path):
+    from verify.errors import PatchbenchError
+
+    data = _grit_file(GRIT)
+    for rnd in data["rounds"]:
+        del rnd["values"]["planted"]["request_throughput"]
+    _write_grit(tmp_path, data)
+    with pytest.raises(PatchbenchError, match="ab-serve-grit.json: no counted round has"):
+        mod.serve_ab("0.18.1")
+
+
+def test_serve_ab_grit_says_when_the_servers_ran_eager(mod: ModuleType, tmp_path):
+    data = _grit_file(GRIT)
+    _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0 --enforce-eager"]})
+    (record,) = mod.serve_ab("0.18.1")
+    assert "vllm serve ran with --enforce-eager" in record["numbers"]["workload"]
+    _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0"]})
+    (record,) = mod.serve_ab("0.18.1")
+    assert "enforce-eager" not in record["numbers"]["workload"]

@@ -138,17 +138,24 @@ def plant_count_env(name: str, env: dict, work: Path) -> dict[str, str]:
     return {"PATCHBENCH_PLANT_COUNT": str(work / f"plant-count-{name}")}
 
 
-def with_plant_count(env: dict, run: Callable[[], dict]) -> dict:
-    """`run()`'s values; for a planted variant (PATCHBENCH_PLANT_COUNT in `env`) with the steps
-    its shim counted and the seconds it slept during the run (planted_steps, planted_slept_s)."""
+def with_plant_count(env: dict, run: Callable[[Callable[[], None]], dict]) -> dict:
+    """`run(mark)`'s values; for a planted variant (PATCHBENCH_PLANT_COUNT in `env`) with the
+    steps its shim counted and the seconds it slept during the run (planted_steps,
+    planted_slept_s), counted from the call or from `mark()`, which a run calls where its timed
+    part starts (after the benchmark's warm-ups)."""
     planted = env.get("PATCHBENCH_PLANT_COUNT")
     if not planted:
-        return run()
-    before = read_count(Path(planted))
-    values = run()
-    after = read_count(Path(planted))
-    values["planted_steps"] = after[0] - before[0]
-    values["planted_slept_s"] = after[1] - before[1]
+        return run(lambda: None)
+    path = Path(planted)
+    before = [read_count(path)]
+
+    def mark() -> None:
+        before[0] = read_count(path)
+
+    values = run(mark)
+    after = read_count(path)
+    values["planted_steps"] = after[0] - before[0][0]
+    values["planted_slept_s"] = after[1] - before[0][1]
     return values
 
 
@@ -188,16 +195,23 @@ def provenance() -> dict:
 
 
 #: Throughput metrics of a fixed amount of work and the values key of the wall seconds they
-#: divide it by: the client's run (vllm bench serve), one LLM.generate (the engine front-end).
-WALL_SECONDS = {"output_throughput": "duration", "tok_per_s": "elapsed_s"}
+#: divide it by: the client's rates over the benchmark's duration (vllm bench serve), one
+#: LLM.generate's tokens over its elapsed time (the engine front-end).
+WALL_SECONDS = {
+    "output_throughput": "duration",
+    "request_throughput": "duration",
+    "total_token_throughput": "duration",
+    "tok_per_s": "elapsed_s",
+}
 
 
 def planted_prediction(
     rnd: ab_rounds.Round, baseline: str, planted: str, metric: str = "output_throughput"
 ) -> float | None:
     """Ratio planted/baseline of `metric` if every planted delay were on the critical path:
-    the baseline's wall time stretched by the time slept (output_throughput, tok_per_s), or
-    each engine step by the mean delay per step (server_token_rate, 1 / the server's mean ITL)."""
+    the baseline's wall time stretched by the time slept (a client rate such as output or
+    request throughput, tok_per_s), or each engine step by the mean delay per step
+    (server_token_rate, 1 / the server's mean ITL)."""
     slept = rnd.values[planted].get("planted_slept_s")
     steps = rnd.values[planted].get("planted_steps")
     base = rnd.values[baseline]
@@ -224,8 +238,9 @@ def predicted_ratio(
     return math.exp(sum(math.log(p) for p in predicted) / len(predicted))
 
 
-#: What each comparison is judged on: the client's output throughput (vllm bench serve) and
-#: the engine's token rate from the server's own inter-token latency (free of client overhead).
+#: What each comparison is judged on by default: the client's output throughput (vllm bench
+#: serve) and the engine's token rate from the server's own inter-token latency (free of client
+#: overhead). A pooling server generates no tokens: judge it on request_throughput (--metric).
 METRICS = ("output_throughput", "server_token_rate")
 
 
@@ -252,8 +267,10 @@ def serve(args) -> int:
     unknown = {v for c in comparisons for v in c} - set(variants)
     if unknown:
         raise SystemExit(f"--compare names unknown variants {sorted(unknown)}")
+    wanted = tuple(args.metric or METRICS)
     started = time.monotonic()
     record = record_head("serve-ab", args, variants, provenance())
+    record["metrics"] = list(wanted)
     with contextlib.ExitStack() as stack:
         cpus: dict[str, list[int] | None] = dict.fromkeys(variants)
         if args.cpus_per_server:
@@ -274,16 +291,20 @@ def serve(args) -> int:
         }
 
         def measure(name: str, index: int) -> dict[str, float]:
-            return with_plant_count(servers[name].env, lambda: run_bench(bench[name], seed=index))
+            return with_plant_count(
+                servers[name].env,
+                lambda mark: run_bench(bench[name], seed=index, at_start=mark),
+            )
 
         def progress(rnd: ab_rounds.Round) -> None:
+            first = wanted[0]
             tput = ", ".join(
-                f"{n} {v['output_throughput']:.0f}"
+                f"{n} {v.get(first, float('nan')):.1f}"
                 + (f" ({v['server_mean_itl_ms']:.3f} ms ITL)" if "server_mean_itl_ms" in v else "")
                 for n, v in sorted(rnd.values.items())
             )
             tag = "warm-up" if rnd.warmup else "round"
-            say(f"{tag} {rnd.index} ({' '.join(rnd.order)}): {tput} out tok/s")
+            say(f"{tag} {rnd.index} ({' '.join(rnd.order)}): {first} {tput}")
 
         done = ab_rounds.run_rounds(
             measure,
@@ -297,10 +318,12 @@ def serve(args) -> int:
     record["comparisons"] = []
     counted = [r for r in done if not r.warmup]
     metrics = [
-        m for m in METRICS if counted and all(m in v for r in counted for v in r.values.values())
+        m for m in wanted if counted and all(m in v for r in counted for v in r.values.values())
     ]
+    for metric in sorted(set(wanted) - set(metrics)):
+        say(f"{metric}: not in every counted round of every variant, not compared")
     for base, var in comparisons:
-        cmp: dict = {}
+        cmp: dict = {"baseline": base, "variant": var}
         for metric in metrics:
             result = ab_rounds.compare(
                 done, base, var, metric, threshold=args.threshold, higher_is_better=True
@@ -309,8 +332,8 @@ def serve(args) -> int:
             if predicted is not None:
                 result["predicted_if_all_on_critical_path"] = predicted
             say(f"{metric}: {result['text']} -> {result['outcome']}")
-            if metric == METRICS[0]:
-                cmp.update(result)  # the client's metric at top level (records of earlier runs)
+            if metric == wanted[0]:
+                cmp.update(result)  # the first metric at top level (records of earlier runs)
             else:
                 cmp[metric] = result
         record["comparisons"].append(cmp)
@@ -445,7 +468,7 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         if left <= 0:
             raise EngineError(f"{cell}: out of time before the measurement")
         engine = engines[variant]
-        result = with_plant_count(engine.env, lambda: engine.call({"config": config}, left))
+        result = with_plant_count(engine.env, lambda _mark: engine.call({"config": config}, left))
         expected = config["batch"] * config["output_len"]
         if result["output_tokens"] != expected:
             raise EngineError(
@@ -620,6 +643,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=1e9, help="stop before a round past this")
     p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
+    p.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="a round metric to compare (repeatable; the first is the record's headline; "
+        f"default: {', '.join(METRICS)}); e.g. request_throughput for a pooling server",
+    )
     p.add_argument("--health-s", type=float, default=600)
     p.add_argument(
         "--cpus-per-server",

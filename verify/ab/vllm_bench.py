@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import io
 import urllib.request
+from collections.abc import Callable
 
 #: What a round keeps of `vllm bench serve`'s result (the rest stays in its own output).
 METRICS = (
@@ -16,6 +17,7 @@ METRICS = (
     "total_token_throughput",
     "duration",
     "completed",
+    "total_input_tokens",
     "total_output_tokens",
     "median_ttft_ms",
     "p99_ttft_ms",
@@ -23,6 +25,8 @@ METRICS = (
     "p99_tpot_ms",
     "median_itl_ms",
     "p99_itl_ms",
+    "median_e2el_ms",  # the only latency of a pooling (embeddings) benchmark
+    "p99_e2el_ms",
 )
 
 
@@ -88,13 +92,42 @@ def bench_args(base_url: str, model: str, tokenizer: str, extra: list[str]) -> a
     return parser.parse_args([*argv, *extra])
 
 
-def run_bench(args: argparse.Namespace, seed: int) -> dict[str, float]:
-    """One benchmark run (prompts drawn with `seed`); its printout is swallowed."""
+class _TimedRunMark(io.StringIO):
+    """Swallows the benchmark's printout, and calls `at_start` once when the printout says the
+    timed run starts (after its endpoint test request and its --num-warmups requests)."""
+
+    MARK = "Starting main benchmark run"
+
+    def __init__(self, at_start: Callable[[], None]):
+        super().__init__()
+        self.at_start, self.seen = at_start, False
+
+    def write(self, text: str) -> int:
+        if not self.seen and self.MARK in text:
+            self.seen = True
+            self.at_start()
+        return super().write(text)
+
+
+def run_bench(
+    args: argparse.Namespace, seed: int, at_start: Callable[[], None] | None = None
+) -> dict[str, float]:
+    """One benchmark run (prompts drawn with `seed`); its printout is swallowed. The server's
+    counters are read, and `at_start` is called, when the timed run starts (so warm-up requests
+    count in neither), or before the run where the benchmark does not say when."""
     from vllm.benchmarks.serve import main
 
     args.seed = seed
-    before = scrape(args.base_url)
-    with contextlib.redirect_stdout(io.StringIO()):
+    before: dict[str, float] = {}
+
+    def start() -> None:
+        before.clear()
+        before.update(scrape(args.base_url))
+        if at_start:
+            at_start()
+
+    start()
+    with contextlib.redirect_stdout(_TimedRunMark(start)):
         result = main(args)
     if not result.get("completed"):
         raise RuntimeError(f"vllm bench serve completed no request against {args.base_url}")

@@ -11,6 +11,9 @@ import random
 import shutil
 from pathlib import Path
 
+from verify.gpu import gritlm
+from verify.gpu.gritlm import GRIT_TOKENS
+
 BUNDLE = Path("/tmp/vllm-bundle/site")
 SITES = Path("/tmp/pb-sites")
 MODEL = Path("/tmp/pb-model")
@@ -73,30 +76,23 @@ def build_model(path: Path = MODEL, repeat: bool = False) -> Path:
     return path
 
 
-GRIT_TOKENS = ["<unk>", "<s>", "</s>", "▁<", "<", "|", "embed", ">", "<0x0A>", "user"]
-
-
 def build_grit_model(path: Path = GRIT_MODEL) -> Path:
     """Random-weight GritLM (Llama body, instruction-trimming mean pooler: it reads every
-    prompt's token ids on the host, the code path of seed 002) with a word-level tokenizer
-    that holds the tokens GritLM's pattern matcher looks up."""
+    prompt's token ids on the host, the code path of seed 002) with the tokenizer of
+    verify.gpu.gritlm, which turns GritLM instruction prompts into the token pattern the pooler
+    looks for."""
     if (path / "config.json").exists():
         return path
     import torch
-    from tokenizers import Tokenizer, models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(GRIT_TOKENS)}
-    for i in range(len(vocab), 32000):
-        vocab[f"w{i}"] = i
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        tokenizer_object=gritlm.tokenizer(), bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.save_pretrained(path)
     torch.manual_seed(1)
     cfg = LlamaConfig(
-        vocab_size=32000,
+        vocab_size=gritlm.VOCAB_SIZE,
         hidden_size=1024,
         intermediate_size=2816,
         num_hidden_layers=12,
@@ -126,21 +122,28 @@ def grit_prompts(count: int, rng: random.Random) -> list[dict]:
     ]
 
 
-def build_sites(overlay: Path, variants: set[str]) -> dict[str, object]:
-    """Check the bundle against the pristine sdist files, then make one import root per
-    non-pristine variant (a copy of the bundle with that variant's files overlaid)."""
+def build_sites(
+    overlay: Path, variants: set[str], bundle: Path | None = None, sites: Path | None = None
+) -> dict[str, object]:
+    """Check `bundle` (default BUNDLE) against the pristine sdist files, then make one import
+    root per non-pristine variant under `sites` (default SITES): a copy of the bundle with that
+    variant's files overlaid."""
+    bundle, sites = bundle or BUNDLE, sites or SITES
     pristine = overlay / "pristine"
     mismatched = [
         str(p.relative_to(pristine))
         for p in pristine.rglob("*")
         if p.is_file()
         and (
-            not (BUNDLE / p.relative_to(pristine)).exists()
-            or (BUNDLE / p.relative_to(pristine)).read_bytes() != p.read_bytes()
+            not (bundle / p.relative_to(pristine)).exists()
+            or (bundle / p.relative_to(pristine)).read_bytes() != p.read_bytes()
         )
     ]
     if mismatched:
-        raise SystemExit(f"bundle files differ from the pristine sdist: {mismatched}")
+        raise SystemExit(
+            f"bundle files differ from the pristine sdist ({overlay.name}; {bundle}): "
+            f"{mismatched} (another version's bundle?)"
+        )
     info: dict[str, object] = {}
     for variant in sorted(variants - {"pristine"}):
         files = sorted(
@@ -150,12 +153,12 @@ def build_sites(overlay: Path, variants: set[str]) -> dict[str, object]:
         )
         if not files:
             raise SystemExit(f"overlay {overlay / variant} is empty or missing")
-        site = SITES / variant
+        site = sites / variant
         marker = site / ".pb-overlay.json"
         if not (marker.exists() and json.loads(marker.read_text()) == files):
             if site.exists():
                 shutil.rmtree(site)
-            shutil.copytree(BUNDLE, site, symlinks=True)
+            shutil.copytree(bundle, site, symlinks=True)
             for rel in files:
                 target = site / rel
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """A planted effect for proving the A/B core's resolution: with PATCHBENCH_PLANT_DELAY_MS set,
 every call of vLLM's `Scheduler.schedule` (once per engine step) sleeps that long first, and,
-with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to that file, so
-the size the delay could have (all of it on the critical path) can be computed per round.
+with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to that file every
+PATCHBENCH_PLANT_COUNT_EVERY calls (default 8; 1 where a measured run has few engine steps, e.g.
+a pooling server; the writing counts as slept), so the size the delay could have (all of it on
+the critical path) can be computed per round.
 
 Put this folder first on PYTHONPATH of the planted variant only; every process started with it
 (API server, engine core) installs the hook (verify/after_import.py, loaded by path: Python
@@ -15,6 +17,7 @@ import time
 _HOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "after_import.py")
 _DELAY_S = float(os.environ.get("PATCHBENCH_PLANT_DELAY_MS", "0")) / 1000
 _COUNT_FILE = os.environ.get("PATCHBENCH_PLANT_COUNT")
+_COUNT_EVERY = int(os.environ.get("PATCHBENCH_PLANT_COUNT_EVERY", "8"))
 
 
 def _planted(schedule):
@@ -23,11 +26,11 @@ def _planted(schedule):
     def wrapper(self, *args, **kwargs):
         t0 = time.perf_counter()
         time.sleep(_DELAY_S)
-        slept[0] += time.perf_counter() - t0
         calls[0] += 1
-        if _COUNT_FILE and calls[0] % 8 == 0:
+        if _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
             with open(_COUNT_FILE, "w") as fh:
-                fh.write(f"{calls[0]} {slept[0]:.6f}")
+                fh.write(f"{calls[0]} {slept[0] + time.perf_counter() - t0:.6f}")
+        slept[0] += time.perf_counter() - t0
         return schedule(self, *args, **kwargs)
 
     return wrapper
