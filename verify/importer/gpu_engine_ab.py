@@ -132,7 +132,9 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
         return Verdict(
             NOT_RUN, f"{what}: {seen}; not judged (no second engine of the baseline's build)"
         )
-    return identity.judge(identical, hashes(base) == hashes(control), what)
+    return identity.judge(
+        identical, hashes(base) == hashes(control), what, baseline=base.split("/")[0]
+    )
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:

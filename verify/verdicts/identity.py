@@ -14,24 +14,32 @@ from __future__ import annotations
 from verify.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 
-def judge(identical: bool, control_identical: bool | None, what: str = "tokens") -> Verdict:
-    """`identical`: pristine vs patched; `control_identical`: pristine vs pristine (None: no
-    control was run)."""
+def judge(
+    identical: bool,
+    control_identical: bool | None,
+    what: str = "tokens",
+    baseline: str = "pristine",
+) -> Verdict:
+    """`identical`: baseline vs patched; `control_identical`: baseline vs a second run of the
+    baseline (None: no control was run). `baseline`: the build compared against (pristine
+    unless, e.g., the series without the patch)."""
     if control_identical is False:
         return Verdict(
-            INCONCLUSIVE, f"pristine's {what} differ from pristine's own (control failed)"
+            INCONCLUSIVE, f"{baseline}'s {what} differ from {baseline}'s own (control failed)"
         )
     if control_identical is None:
         if identical:
-            return Verdict(PASS, f"{what} identical (no pristine-vs-pristine control recorded)")
+            return Verdict(PASS, f"{what} identical (no {baseline}-vs-{baseline} control recorded)")
         return Verdict(
             INCONCLUSIVE,
-            f"pristine and patched {what} differ and no pristine-vs-pristine control was run, "
-            "so engine nondeterminism cannot be ruled out",
+            f"{baseline} and patched {what} differ and no {baseline}-vs-{baseline} control was "
+            "run, so engine nondeterminism cannot be ruled out",
         )
     if identical:
         return Verdict(PASS)
-    return Verdict(FAIL, f"patched {what} differ from pristine while pristine agrees with itself")
+    return Verdict(
+        FAIL, f"patched {what} differ from {baseline} while {baseline} agrees with itself"
+    )
 
 
 # Divergence measures: how far two runs of the same requests drift apart. They describe a
