@@ -11,12 +11,14 @@ the build tree); its vLLM imports are replaced by triton and a float32-CUDA test
 is needed. Timers come from scripts/gpu_kernel_bench.py (GPU time in a CUDA graph, eager time
 with L2 flushed, host time per call; variants alternate, rounds rotate the order). Every shape
 first checks that the variants produce the same counts (record) and the same logit bits
-(apply); a mismatch stops the run.
+(apply); a mismatch stops the run. The first --variant is the baseline of the others; rows
+follow the kernel raw-data contract of verify/verdicts/kernel.py (per-round medians).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -114,7 +116,7 @@ def apply_case(classes, device, rows: int, prompt_len: int, output_len: int, den
 
 
 def time_case(fns: dict, args, flush, cyc) -> dict:
-    """{variant: {graph_us, eager_us, host_us}}: medians over rounds, order rotated."""
+    """{variant: {graph_us, eager_us, host_us}}: per-round medians, order rotated."""
     names = list(fns)
     graphs = {n: kb.capture([fns[n]], args.graph_calls) for n in names}
     out = {n: dict(graph_us=[], eager_us=[], host_us=[]) for n in names}
@@ -127,7 +129,26 @@ def time_case(fns: dict, args, flush, cyc) -> dict:
         for n in order:
             out[n]["eager_us"].append(eager[n])
             out[n]["host_us"].append(host[n])
-    return {n: {k: round(statistics.median(v), 2) for k, v in t.items()} for n, t in out.items()}
+    return {n: {k: [round(x, 2) for x in v] for k, v in t.items()} for n, t in out.items()}
+
+
+def case_label(case: dict) -> str:
+    if case["bench"] == "record":
+        return f"record_sampled, {case['rows']} rows, {case['penalty_share']:.0%} with penalties"
+    kind = "negative presence (every logit)" if case["dense"] else "positive penalties"
+    return (
+        f"apply, {case['rows']} rows, prompt {case['prompt_len']}, output {case['output_len']},"
+        f" {kind}"
+    )
+
+
+def kernel_rows(case: dict, timings: dict, baseline: str) -> list[dict]:
+    """The kernel raw-data contract (verify/verdicts/kernel.py): one row per variant."""
+    return [
+        {"variant": name, "baseline": baseline, "shape": case_label(case), "vocab": VOCAB,
+         "bench": case["bench"], "identical": True, **times}
+        for name, times in timings.items()
+    ]  # fmt: skip
 
 
 def cases(args):
@@ -176,16 +197,15 @@ def main(argv=None) -> int:
     timed = not args.check_only and device.type == "cuda"
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if timed else None
     cyc = kb.sleep_cycles_per_us() if timed else 0.0
-    rows, t0 = [], time.time()
+    rows, t0, baseline = [], time.time(), next(iter(classes))
     for case in cases(args):
         fns, same = build(case, classes, device)
         if not same:
             raise SystemExit(f"{case}: the variants disagree; nothing timed")
-        row = {**case, "identical": True}
-        if timed:
-            row["variants"] = time_case(fns, args, flush, cyc)
-        rows.append(row)
-        print(f"[{time.time() - t0:5.0f}s] {json.dumps(row)}", flush=True)
+        timings = time_case(fns, args, flush, cyc) if timed else {n: {} for n in classes}
+        rows += kernel_rows(case, timings, baseline)
+        medians = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in timings.items()}
+        print(f"[{time.time() - t0:5.0f}s] {case_label(case)}: {json.dumps(medians)}", flush=True)
         del fns
     result = {
         "kind": "penalty-state-micro",
@@ -194,6 +214,10 @@ def main(argv=None) -> int:
         "machine": kb.machine() if device.type == "cuda" else {"device": "cpu"},
         "vocab": VOCAB,
         "timed": timed,
+        "variants": {
+            name: {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+            for name, _, path in (v.partition("=") for v in args.variant)
+        },
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -498,3 +498,37 @@ def test_serve_ab_grit_says_when_the_servers_ran_eager(mod: ModuleType, tmp_path
     _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0"]})
     (record,) = mod.serve_ab("0.18.1")
     assert "enforce-eager" not in record["numbers"]["workload"]
+
+
+def _state_micro(now_record_us: float, identical: bool = True) -> dict:
+    """A penalty-state micro file (scripts/gpu_penalty_state_bench.py) with one record_sampled
+    and one kernel shape; `now` takes `now_record_us` per record_sampled call."""
+    rows = []
+    for bench, shape, before_us, now_us in (
+        ("record", "record_sampled, 64 rows", 250.0, now_record_us),
+        ("apply", "apply, 64 rows", 60.0, 60.0),
+    ):
+        for variant, us in (("before", before_us), ("now", now_us)):
+            jitter = [us * (1 + 0.002 * k) for k in range(5)]
+            rows.append({"variant": variant, "baseline": "before", "shape": shape,
+                         "vocab": 151936, "bench": bench, "identical": identical,
+                         "graph_us": jitter, "eager_us": jitter, "host_us": jitter})  # fmt: skip
+    machine = {"python": "3.12", "gpu": "H100", "cpu": "Xeon", "torch": "2.11", "triton": "3.6"}
+    variants = {n: {"path": f"{n}.py", "sha256": "0" * 64} for n in ("before", "now")}
+    return {"kind": "penalty-state-micro", "date": META["date"], "command": "bench",
+            "machine": machine, "timed": True, "variants": variants, "rows": rows}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "now_us,identical,outcome",
+    [(25.0, True, "pass"), (250.0, True, "no difference resolved"), (25.0, False, "fail")],
+)
+def test_penalty_state_micro_judges_record_faster_and_kernel_not_slower(
+    mod, tmp_path, now_us, identical, outcome
+):
+    (tmp_path / "0.22.0" / "micro-penalty-state.json").write_text(
+        json.dumps(_state_micro(now_us, identical))
+    )
+    record = mod.micro_003_state("0.22.0")
+    assert record["outcome"] == outcome
+    assert record["series_hash"] == "unknown"  # the measured file is not the build tree's

@@ -467,6 +467,40 @@ def micro_003_build(version: str) -> dict | None:
     )
 
 
+STATE_FILES = ("vllm/v1/sample/ops/penalty_state.py",)
+
+
+def micro_003_state(version: str) -> dict | None:
+    """0011's device penalty state, two forms side by side (scripts/gpu_penalty_state_bench.py):
+    `record_sampled` judged faster, the penalty kernel not slower (verify.verdicts.kernel: eager
+    with L2 flushed and host per call; the graph time is shown, never judged alone)."""
+    data = _load(version, "micro-penalty-state")
+    if not data or not data.get("timed"):
+        return None
+    rows, machine, command, date = kernel_rows(data)
+    baseline = rows[0]["baseline"]
+    variant = next(n for n in data["variants"] if n != baseline)
+    parts, tables = [], []
+    for bench, claim in (("record", "faster"), ("apply", "not slower")):
+        mine = [r for r in rows if r["bench"] == bench]
+        parts.append(kernel.judge(mine, variant, 0.05, claim))
+        tables.append(f"{bench} ({variant} / {baseline})\n\n" + _kernel_table(mine, variant))
+    verdict = combine(parts)
+    reason = "; ".join(
+        f"{b}: {p.reason}" for b, p in zip(("record_sampled", "kernel"), parts, strict=True)
+    )
+    numbers = {"record_sampled": parts[0].numbers, "kernel": parts[1].numbers}
+    numbers["ratios"] = "variant/baseline time; below 1 is faster"
+    record = results.make(
+        "microbench-gpu-003-state", "003", version, verdict.outcome, numbers, reason=reason,
+        command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
+        patches=["penalty-state-device"],
+    )  # fmt: skip
+    current = variant_is_current(data, variant, version, STATE_FILES)
+    results.restamp(record, results.series_hash(version) if current else "unknown")
+    return record
+
+
 def staging_003(version: str) -> dict | None:
     """The micro step's race check of 003's double-buffered CUDA staging."""
     check = _load(version, "gpu_check_003_staging")
@@ -1062,6 +1096,7 @@ def records(version: str) -> list[dict]:
         micro_003(version),
         micro_003_apply(version),
         micro_003_build(version),
+        micro_003_state(version),
         staging_003(version),
         *kernels(version),
         micro_002() if version == "0.18.1" else None,

@@ -7,6 +7,9 @@ Raw rows (the kernel raw-data contract; `from_legacy` converts the older
      identical (bool), graph_us: [per-round medians], eager_us: [per-round medians, L2 flushed],
      host_us: [per-round medians]}
 
+(or, for a benchmark that names its shapes, `shape` (str) in place of requests, draft_tokens
+and draft_probs).
+
 Per shape the variant is compared with its baseline row of the same shape and round order:
 
 - fail when any row of the variant is not identical;
@@ -30,6 +33,8 @@ Row = dict[str, Any]
 
 
 def shape_key(row: Row) -> tuple:
+    if "shape" in row:  # a benchmark that names its shapes itself
+        return (row["vocab"], row["shape"])
     draft = row["draft_tokens"]
     return (
         row["vocab"],
@@ -40,6 +45,8 @@ def shape_key(row: Row) -> tuple:
 
 
 def shape_name(row: Row) -> str:
+    if "shape" in row:
+        return row["shape"]
     draft = row["draft_tokens"]
     draft = "ragged" if isinstance(draft, list) else draft
     probs = ", draft probs" if row["draft_probs"] else ""
