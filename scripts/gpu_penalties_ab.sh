@@ -34,7 +34,7 @@ deadline=${PB_DEADLINE:-540}
 OUT=${OUT:-/tmp/pb-out}
 work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
-overlay=$(ls -d "$PWD"/.gpu/overlay/*/ | head -1)
+overlay=$PWD/.gpu/overlay/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_overlay
 : "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
 : "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}" "${PB_SEEDED:=1}" "${PB_GPU_GIB:=74}"
 knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB_PRISTINE_SHAPES'"
