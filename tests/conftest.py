@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from verify.buildtree import BuildTree
+from verify.importer import gpu as gpu_importer
 
 RELEASE_FILES = {
     "vllm/__init__.py": "__version__ = '{version}'\n",
@@ -159,3 +160,13 @@ def commit_change(
     target.write_text(text.replace(old, new, 1))
     tree.git("add", path)
     tree.git("commit", "-q", "-m", f"{subject}\n\nWhy: because.\n\n{trailers}")
+
+
+@pytest.fixture
+def gpu_results_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A GPU results root (`verify.importer.gpu.gpu_root`, which every GPU importer reads)
+    with an empty 0.22.0 folder; the records go to a results folder beside it."""
+    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
+    (tmp_path / "0.22.0").mkdir()
+    monkeypatch.setattr(gpu_importer, "gpu_root", lambda: tmp_path)
+    return tmp_path

@@ -136,11 +136,8 @@ def synthetic_run(
 
 
 @pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
-    (tmp_path / "0.22.0").mkdir()
-    monkeypatch.setattr(gpu_engine_ab, "gpu_root", lambda: tmp_path)
-    return tmp_path
+def root(gpu_results_root: Path) -> Path:
+    return gpu_results_root
 
 
 def _import(root: Path, run: dict) -> dict:

@@ -205,11 +205,8 @@ def synthetic_run(
 
 
 @pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
-    (tmp_path / "0.22.0").mkdir()
-    monkeypatch.setattr(importer, "gpu_root", lambda: tmp_path)
-    return tmp_path
+def root(gpu_results_root: Path) -> Path:
+    return gpu_results_root
 
 
 def _import(root: Path, *runs: dict) -> dict:

@@ -20,10 +20,7 @@ META = {
 
 
 @pytest.fixture
-def mod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
-    (tmp_path / "0.22.0").mkdir()
-    monkeypatch.setattr(gpu, "gpu_root", lambda: tmp_path)
+def mod(gpu_results_root: Path) -> ModuleType:
     return gpu
 
 

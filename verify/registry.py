@@ -23,7 +23,6 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     title = "..."
     device = "cpu"                # where the step runs: cpu | cuda
     rule = "tests"                # tests | identity | performance | kernel | serve-bench | growth
-                                  # | resolution (the harness's A/A and planted controls)
     records = ["equivalence-003"] # record step names (results/<tier>/<pin>/) holding its evidence
     command = "pytest ..."        # what a contributor runs, on a vLLM checkout where upstream=true
     upstream* = true              # the command runs on a vLLM checkout of the pin (default false)
@@ -65,7 +64,7 @@ KINDS = (
     "embeddings",
     "attribution",
 )
-RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth", "resolution")
+RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
 _REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")

@@ -45,16 +45,19 @@ def _load(version: str, step: str) -> dict | None:
 
 
 def provenance(src: dict) -> dict:
-    """The machine fields a step file recorded; the rest said to be unknown, never filled in."""
+    """The machine fields a step file recorded (at its top level, under `versions`, or under
+    `machine` as the A/B core's front-ends write them); the rest said to be unknown, never
+    filled in."""
     versions = src.get("versions", {})
     machine = src.get("machine", {})
     spec = src.get("spec", {})
     out = {
-        "python": src.get("python") or versions.get("python") or results.UNKNOWN,
-        "cpu": machine.get("cpu_model") or src.get("cpu") or results.UNKNOWN,
-        "gpu": src.get("gpu") or results.UNKNOWN,
-        "torch": src.get("torch") or versions.get("torch") or results.UNKNOWN,
+        "python": src.get("python") or versions.get("python") or machine.get("python"),
+        "cpu": machine.get("cpu_model") or src.get("cpu") or machine.get("cpu"),
+        "gpu": src.get("gpu") or machine.get("gpu"),
+        "torch": src.get("torch") or versions.get("torch") or machine.get("torch"),
     }
+    out = {k: v or results.UNKNOWN for k, v in out.items()}
     if spec or "compile_env" in src:  # an engine step: its engine settings
         out["env"] = {**spec.get("env", {}), **src.get("compile_env", {})} or results.UNKNOWN
         out["engine"] = spec.get("engine") or results.UNKNOWN
@@ -998,7 +1001,6 @@ def _serve_ab_record(version: str, name: str) -> list[dict]:
     src = _load(version, name)
     if not src:
         return []
-    src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
     done = ab_rounds.from_records(src["rounds"])
     counted = [r for r in done if not r.warmup]
     present = [m for m in judged if all(m in v for r in counted for v in r.values.values())]

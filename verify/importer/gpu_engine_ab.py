@@ -24,7 +24,8 @@ import json
 
 from verify import registry, stats
 from verify.ab import rounds as ab_rounds
-from verify.importer.gpu import _record, gpu_root
+from verify.importer import gpu
+from verify.importer.gpu import _record
 from verify.verdicts import NOT_RUN, Verdict, combine, identity, performance
 
 STEP = "e2e-gpu-penalty-cost"
@@ -33,9 +34,10 @@ PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 BASELINES = ("series", "pristine")
 
 
-def load_runs(version: str) -> list[dict]:
-    """Every engine A/B run of issue 22 for `version`, oldest first."""
-    runs = [json.loads(p.read_text()) for p in sorted((gpu_root() / version).glob(FILES))]
+def load_runs(version: str, files: str = FILES) -> list[dict]:
+    """Every engine A/B run (`python -m verify.ab engine`) of `version` in the step files
+    matching `files` (default: issue 22's), oldest first."""
+    runs = [json.loads(p.read_text()) for p in sorted((gpu.gpu_root() / version).glob(files))]
     return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
 
 
@@ -188,7 +190,6 @@ def penalty_cost(version: str) -> dict | None:
     verdict = combine(parts) if parts else Verdict(NOT_RUN, nothing)
     if parts and not_run:
         verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
-    src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
     return _record(src, STEP, "003", verdict, numbers, tables=tables)
 
 

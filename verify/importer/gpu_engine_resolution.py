@@ -15,23 +15,16 @@ device call): the newest is judged, earlier ones are listed beside it.
 
 from __future__ import annotations
 
-import json
-
 from verify import stats
 from verify.ab import rounds as ab_rounds
-from verify.importer.gpu import _record, gpu_root
+from verify.importer import gpu_engine_ab
+from verify.importer.gpu import _record
 from verify.verdicts import FAIL, INCONCLUSIVE, NOT_RUN, Verdict, resolution
 
 STEP = "gpu-engine-resolution"
 FILES = "engine-aa*.json"
 TARGET = 0.01
 METRIC = "tok_per_s"
-
-
-def load_runs(version: str) -> list[dict]:
-    """Every engine A/B run of the resolution proof for `version`, oldest first."""
-    runs = [json.loads(p.read_text()) for p in sorted((gpu_root() / version).glob(FILES))]
-    return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
 
 
 def control_cells(run: dict) -> tuple[str, str, str] | None:
@@ -108,7 +101,7 @@ def _row(label: str, r: stats.Ratio, width: str, predicted: float | None) -> str
 
 def engine_resolution(version: str) -> dict | None:
     """The record of the newest resolution run of `version` (earlier runs listed)."""
-    runs = load_runs(version)
+    runs = gpu_engine_ab.load_runs(version, FILES)
     if not runs:
         return None
     *earlier, src = runs
@@ -123,7 +116,6 @@ def engine_resolution(version: str) -> dict | None:
         f"{src['stages'][0]['status'] if src.get('stages') else 'no stage'})"
     )
     tables = [f"{title}\n\n" + "\n".join(rows)] if rows else []
-    src = {**src, **{k: src["machine"].get(k) for k in ("python", "cpu", "gpu", "torch")}}
     return _record(src, STEP, "series", verdict, numbers, tables=tables)
 
 

@@ -26,11 +26,11 @@ def _planted(schedule):
     def wrapper(self, *args, **kwargs):
         t0 = time.perf_counter()
         time.sleep(_DELAY_S)
+        slept[0] += time.perf_counter() - t0
         calls[0] += 1
         if _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
             with open(_COUNT_FILE, "w") as fh:
-                fh.write(f"{calls[0]} {slept[0] + time.perf_counter() - t0:.6f}")
-        slept[0] += time.perf_counter() - t0
+                fh.write(f"{calls[0]} {slept[0]:.6f}")
         return schedule(self, *args, **kwargs)
 
     return wrapper
