@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from verify.buildtree import BuildTree
-from verify.importer import gpu as gpu_importer
 
 RELEASE_FILES = {
     "vllm/__init__.py": "__version__ = '{version}'\n",
@@ -165,7 +164,12 @@ def commit_change(
 @pytest.fixture
 def gpu_results_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A GPU results root (`verify.importer.gpu.gpu_root`, which every GPU importer reads)
-    with an empty 0.22.0 folder; the records go to a results folder beside it."""
+    with an empty 0.22.0 folder; the records go to a results folder beside it.
+
+    The importer is imported here, not at the top: the equivalence sessions load this conftest
+    in a venv without the importer's dependencies (scipy)."""
+    from verify.importer import gpu as gpu_importer
+
     monkeypatch.setenv("PATCHBENCH_RESULTS_DIR", str(tmp_path.parent / "results"))
     (tmp_path / "0.22.0").mkdir()
     monkeypatch.setattr(gpu_importer, "gpu_root", lambda: tmp_path)
