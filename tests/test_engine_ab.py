@@ -110,12 +110,17 @@ META = {
 
 
 def synthetic_run(
-    effects: dict[str, float], noise: float, n: int = 8, tokens=None, control: bool = False
+    effects: dict[str, float],
+    noise: float,
+    n: int = 8,
+    tokens=None,
+    control: bool = False,
+    variants: tuple[str, ...] = ("series", "patched"),
 ) -> dict:
     """A record as the engine front-end writes it: tok/s = 6000 x round drift x effect x noise;
     `tokens`: {cell: hash} (default one hash per config); `control`: a second series engine."""
     rng = random.Random(1)
-    variants = ("series", "series2", "patched") if control else ("series", "patched")
+    variants = ("series", "series2", "patched") if control else variants
     cells = [f"{v}/{c}" for v in variants for c in ("plain", "pen")]
     cells.append("patched/plain-b128")
     drift: dict[int, float] = {}
@@ -197,6 +202,39 @@ def test_tokens_are_inconclusive_when_the_control_engines_disagree(root):
         {}, 0.002, tokens={"patched/pen": "other", "series2/pen": "x"}, control=True
     )
     assert _import(root, run)["outcome"] == "inconclusive"
+
+
+def test_the_key_table_puts_each_builds_penalty_cost_side_by_side(root):
+    record = _import(root, synthetic_run({"series/pen": 0.85, "patched/pen": 0.99}, 0.002))
+    row = next(r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2:4] == ["no top-k/top-p, seeded", "-"]  # no pristine engine in this run
+    assert _share(cells[4]) == pytest.approx(0.15, abs=0.005) and cells[4].endswith("n=8")
+    assert _share(cells[5]) == pytest.approx(0.01, abs=0.005)
+    assert float(cells[6].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
+
+
+def _share(cell: str) -> float:
+    """The leading percentage of a key-table cell ('14.9% [14.6%, 15.2%], n=8' -> 0.149)."""
+    return float(cell.split("%")[0]) / 100
+
+
+def test_an_earlier_series_run_lends_only_pristines_cost(root):
+    earlier = synthetic_run(
+        {"pristine/pen": 0.55, "patched/pen": 0.5}, 0.002, variants=("pristine", "patched")
+    )
+    earlier |= {"series_hash": "0ld0ld0ld0", "date": "2026-11-24T09:00:00+00:00"}
+    (root / "0.22.0" / "penalties-ab-earlier.json").write_text(json.dumps(earlier))
+    current = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    record = _import(root, current)
+    assert record["outcome"] == "pass", record["reason"]  # the earlier patched is not judged
+    assert len(record["numbers"]["runs"]) == 1
+    rows = [r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |")]
+    assert len(rows) == 2
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert _share(cells[3]) == pytest.approx(0.45, abs=0.005)
+    assert cells[4:7] == ["-", "-", "-"]
+    assert cells[7].endswith("(earlier patch form: pristine only)")
 
 
 def test_nothing_measured_is_not_run(root):

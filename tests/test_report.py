@@ -80,6 +80,12 @@ def _record(step, outcome, reason="", numbers=None, patches=None, series="curren
 
 @pytest.fixture
 def built(make_tree, workspace):
+    return _build(make_tree, workspace)
+
+
+def _build(make_tree, workspace, extra: dict | None = None):
+    """(index, the patch's report) of a one-patch release with records of some steps;
+    `extra`: {file name: (step, outcome, other fields)}: more records of the current patch."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(
@@ -109,6 +115,8 @@ def built(make_tree, workspace):
             "upstream-x", "pass", patches={"faster-penalties": "0ld0ld0ld0ld"}, series=current
         ),
     }  # fmt: skip
+    for name, (step, outcome, fields) in (extra or {}).items():
+        records[name] = _record(step, outcome, patches=own, series=current) | fields
     out = workspace / "results" / "cpu" / "9.9.0"
     out.mkdir(parents=True)
     for name, data in records.items():
@@ -123,6 +131,16 @@ def test_report_is_in_pr_template_order_with_numbers_from_records(built):
     assert "Measured effect: Penalty build A/B: **pass** - faster: time 0.500" in text
     assert "Upstream's own figure: PR #1: 2x faster." in text
     assert "| time_patched_over_pristine | 0.500 [0.450, 0.550] | 6 | 4.0% |" in text
+
+
+def test_a_key_table_is_shown_in_the_report_before_ratio_tables(make_tree, workspace):
+    key = "| B | pristine cost | patched cost |\n|---|---|---|\n| 64 | 43.4% | 2.5% |"
+    serve = ("serve-x", "pass", {"key_table": key})
+    index, text = _build(make_tree, workspace, {"serve.json": serve})
+    assert "**Serving benchmark**:\n\n" + key in text
+    assert text.index(key) < text.index("**Penalty build A/B** (before/after)")
+    appendix = (index.parent / "0001-Perf-Faster-penalties-appendix.md").read_text()
+    assert key in appendix
 
 
 def test_each_step_states_its_own_outcome(built):

@@ -280,6 +280,23 @@ def _environment(evidence: PatchEvidence) -> list[str]:
     return lines
 
 
+def _step_tables(title: str, records: list[Record]) -> list[str]:
+    """A step's block in the PR report: its records' key tables where they write one, else the
+    verify.stats ratios of its records; [] when there is neither."""
+    keyed = [r["key_table"] for r in records if r.get("key_table")]
+    if keyed:
+        return [f"**{title}**:", "", *keyed, ""]
+    with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
+    tables = [
+        row
+        for i, r in enumerate(with_ratios)
+        for row in ratio_table(
+            r["numbers"], prefix=f"{r['step']}: " if len(with_ratios) > 1 else ""
+        )[(2 if i else 0) :]  # one header for the step's records
+    ]
+    return [f"**{title}** (before/after):", "", *tables, ""] if tables else []
+
+
 def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
     patch, entry, version = evidence.patch, evidence.entry, evidence.version
     upstream = _commands(evidence.rows, True)
@@ -316,18 +333,16 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
     env = ["### Environment", "", *_environment(evidence), ""]
     footer = 5
     moved = 0
-    perf_first = sorted(evidence.rows, key=lambda row: row[0].rule not in PERF_RULES)
+    perf_first = sorted(  # steps with a key table first, then performance steps
+        evidence.rows,
+        key=lambda row: (
+            not any(r.get("key_table") for r in row[3]),
+            row[0].rule not in PERF_RULES,
+        ),
+    )
     for step, _state, _, records in perf_first:
-        with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
-        tables = [
-            row
-            for i, r in enumerate(with_ratios)
-            for row in ratio_table(
-                r["numbers"], prefix=f"{r['step']}: " if len(with_ratios) > 1 else ""
-            )[(2 if i else 0) :]  # one header for the step's records
-        ]
-        block = [f"**{step.title}** (before/after):", "", *tables, ""]
-        if not tables:
+        block = _step_tables(step.title, records)
+        if not block:
             continue
         if _count(lines) + len(block) + _count(env) + footer > MAX_LINES:
             moved += 1
@@ -363,8 +378,8 @@ def render_appendix(evidence: PatchEvidence) -> str:
             lines += [*ratio_table(r.get("numbers", {}), limit=1000), ""]
             lines += [*_scalar_table(r.get("numbers", {})), ""]
             lines += [*_structured(r.get("numbers", {})), ""]
-            for table in r.get("tables", []):
-                lines += [table, ""]
+            for table in [r.get("key_table"), *r.get("tables", [])]:
+                lines += [table, ""] if table else []
     return scrub("\n".join(lines)) + "\n"
 
 

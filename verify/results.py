@@ -12,6 +12,8 @@ Schema (``schema: 2``)::
                 not record says "unknown (not recorded by the run)"
     outcome     one of verify.verdicts.OUTCOMES      reason: why (required unless pass)
     numbers     measurements; tables: optional list of markdown tables
+    key_table   optional: the one markdown table a PR report shows for the step (only present
+                when the step writes one)
 
 Staleness is per patch (`staleness`): the patch's diff changed, the harness changed, or the
 record was made from a tree that was not the stamped series. Why the diff and not the whole
@@ -63,6 +65,7 @@ def make(
     patches: list[str] | None = None,
     date: str | None = None,
     stamped_series: str | None = None,
+    key_table: str | None = None,
 ) -> dict[str, Any]:
     """A record. `machine`: provenance read on the machine that ran it (default: this machine,
     for steps that run here); `patches`: the patch ids it covers (default: from the registry);
@@ -92,6 +95,8 @@ def make(
     }
     if stamped_series is not None:
         record["stamped_series"] = stamped_series
+    if key_table:
+        record["key_table"] = key_table
     return record
 
 

@@ -72,6 +72,7 @@ def _record(
     numbers: dict,
     reason: str = "",
     tables: list[str] | None = None,
+    key_table: str | None = None,
 ) -> dict:
     if isinstance(outcome, Verdict):
         outcome, reason = outcome.outcome, outcome.reason
@@ -84,6 +85,7 @@ def _record(
         reason=reason,
         command=f"{src['command']}  {DEVICE_NOTE}",
         tables=tables,
+        key_table=key_table,
         machine=provenance(src),
         date=src["date"],
     )

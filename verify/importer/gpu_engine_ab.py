@@ -16,6 +16,11 @@ slower", the registry step's threshold, 2%):
   (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
   and for sampled configs without per-request seeds, the comparison is reported, not judged.
 Shapes that a run did not reach are listed as not run with its reason.
+
+The record's key table (the PR report's) puts, per run, shape and sampling, pristine's, the
+series' and patched's penalty cost side by side. Pristine's cost is also taken from runs made
+with an earlier form of the series: pristine runs the pin's sdist, whatever the series; the other
+variants of such runs are left out.
 """
 
 from __future__ import annotations
@@ -76,21 +81,28 @@ def not_slower(r: stats.Ratio, threshold: float, what: str, pair: str) -> Verdic
     )
 
 
-def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
-    """(verdict parts, numbers, table rows) of one measured stage."""
-    cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
-    shape = f"B={stage['batch']} L={stage['output_len']}"
+def costs(run: dict, stage: dict, rounds: list) -> dict[tuple[str, bool], stats.Ratio]:
+    """{(variant, top-k/top-p): penalized/plain tok/s} of one stage, where both were measured."""
+    cells, out = stage_cells(run, stage), {}
     for variant in dict.fromkeys(v for v, _, _ in cells):
         for topkp in (False, True):
             plain, pen = cells.get((variant, False, topkp)), cells.get((variant, True, topkp))
             r = ratio(rounds, plain, pen) if plain and pen else None
-            if r is None:
-                continue
-            numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
-            rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
-            if variant == "patched":
-                what = f"{shape} {_kind(topkp)} tok/s"
-                parts.append(not_slower(r, threshold, what, "penalized/plain"))
+            if r is not None:
+                out[(variant, topkp)] = r
+    return out
+
+
+def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
+    """(verdict parts, numbers, table rows) of one measured stage."""
+    cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
+    shape = f"B={stage['batch']} L={stage['output_len']}"
+    for (variant, topkp), r in costs(run, stage, rounds).items():
+        numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
+        rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
+        if variant == "patched":
+            what = f"{shape} {_kind(topkp)} tok/s"
+            parts.append(not_slower(r, threshold, what, "penalized/plain"))
     for base in BASELINES:
         for (variant, pen, topkp), cell in cells.items():
             other = cells.get((base, pen, topkp))
@@ -140,14 +152,59 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
-    interval = f"[{r.low:.3f}, {r.high:.3f}]" if r.low is not None else "(no interval)"
-    share = "-"
-    if cost:
-        share = f"{1 - r.ratio:.1%}"
-        if r.low is not None:
-            share += f" [{1 - r.high:.1%}, {1 - r.low:.1%}]"
+    share = _cost_text(r).rsplit(", n=", 1)[0] if cost else "-"
     mde = f"{r.mde:.1%}" if r.mde is not None else "-"
-    return f"| {label} | {r.ratio:.3f} {interval} | {share} | {r.n} | {mde} |"
+    return f"| {label} | {_interval_text(r)} | {share} | {r.n} | {mde} |"
+
+
+def _interval_text(r: stats.Ratio) -> str:
+    interval = f"[{r.low:.3f}, {r.high:.3f}]" if r.low is not None else "(no interval)"
+    return f"{r.ratio:.3f} {interval}"
+
+
+def _cost_text(r: stats.Ratio | None) -> str:
+    """Penalty cost (1 - penalized/plain) with its interval, e.g. `2.5% [-0.1%, 5.0%], n=9`."""
+    if r is None:
+        return "not run"
+    text = f"{1 - r.ratio:.1%}"
+    if r.low is not None:
+        text += f" [{1 - r.high:.1%}, {1 - r.low:.1%}]"
+    return f"{text}, n={r.n}"
+
+
+KEY_HEADER = (
+    "Penalty cost: 1 - penalized/plain output tok/s of one engine over the same rounds [95% CI],"
+    " n rounds. patched / series: penalized tok/s, paired rounds of one run. '-': not in the run"
+    " (or, in a run of an earlier patch form, left out).\n\n"
+    "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, "
+    "penalized | run |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def key_rows(run: dict, stage: dict, rounds: list, pristine_only: bool) -> list[str]:
+    """Rows of the key table for one stage: each build's penalty cost side by side, and
+    patched/series on penalized tok/s. `pristine_only`: a run of an earlier series form."""
+    found = costs(run, stage, rounds)
+    cells = stage_cells(run, stage)
+    config = run["configs"][next(iter(cells.values())).split("/", 1)[1]]
+    seeded = "seeded" if comparable(config) else "unseeded"
+    label = run["date"][:16] + (" (earlier patch form: pristine only)" if pristine_only else "")
+    rows = []
+    for topkp in (False, True):
+        builds = ("pristine",) if pristine_only else ("pristine", "series", "patched")
+        if not any((b, topkp) in found for b in builds):
+            continue
+        cost = {b: "-" for b in ("pristine", "series", "patched")}
+        ran = {v for v, _, t in cells if t == topkp}
+        cost |= {b: _cost_text(found.get((b, topkp))) for b in builds if b in ran}
+        pen_s, pen_p = cells.get(("series", True, topkp)), cells.get(("patched", True, topkp))
+        vs = ratio(rounds, pen_s, pen_p) if pen_s and pen_p and not pristine_only else None
+        vs_text = "-" if vs is None else _interval_text(vs)
+        rows.append(
+            f"| {stage['batch']} | {stage['output_len']} | {_kind(topkp)}, {seeded} "
+            f"| {cost['pristine']} | {cost['series']} | {cost['patched']} | {vs_text} | {label} |"
+        )
+    return rows
 
 
 HEADER = (
@@ -164,14 +221,22 @@ def penalty_cost(version: str) -> dict | None:
     src = runs[-1]
     same = [r for r in runs if r.get("series_hash") == src.get("series_hash")]
     threshold = _threshold(version)
-    parts, numbers, tables, not_run = [], {"runs": []}, [], []
-    for run in same:
+    parts, numbers, tables, not_run, key = [], {"runs": []}, [], [], [KEY_HEADER]
+    for run in runs:
+        earlier = run.get("series_hash") != src.get("series_hash")
+        if earlier and not any(c.startswith("pristine/") for c in run["cells"]):
+            continue
         done = ab_rounds.from_records(run["rounds"])
         entry = {"date": run["date"], "command": run.get("command"), "shapes": {}}
         for stage in run["stages"]:
             shape = f"B={stage['batch']} L={stage['output_len']}"
             rounds = [r for r in done if r.index in set(stage["rounds"])]
-            if not any(not r.warmup for r in rounds):
+            measured = any(not r.warmup for r in rounds)
+            if measured:
+                key += key_rows(run, stage, rounds, pristine_only=earlier)
+            if earlier:
+                continue
+            if not measured:
                 not_run.append(f"{shape} ({stage['status']})")
                 entry["shapes"][shape] = {"status": stage["status"]}
                 continue
@@ -180,6 +245,8 @@ def penalty_cost(version: str) -> dict | None:
             entry["shapes"][shape] = {"status": stage["status"], **nums}
             title = f"{shape}, input {stage['input_len']} (run {run['date']}, {stage['status']})"
             tables.append(f"{title}\n\n" + "\n".join([HEADER, *rows]))
+        if earlier:
+            continue
         if run.get("stopped"):
             not_run.append(f"run {run['date']} stopped: {run['stopped'][:300]}")
         numbers["runs"].append(entry)
@@ -190,7 +257,8 @@ def penalty_cost(version: str) -> dict | None:
     verdict = combine(parts) if parts else Verdict(NOT_RUN, nothing)
     if parts and not_run:
         verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
-    return _record(src, STEP, "003", verdict, numbers, tables=tables)
+    key_table = "\n".join(key) if len(key) > 1 else None
+    return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
 
 
 def _threshold(version: str) -> float:
