@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from pathlib import Path
 
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
@@ -853,20 +854,29 @@ def kernel_rows(data: dict) -> tuple[list[dict], dict, str, str]:
 def _kernel_table(rows: list[dict], variant: str) -> str:
     by = {(r["variant"], kernel.shape_key(r)): r for r in rows}
     lines = [
-        "| shape | identical | graph ratio | eager ratio (95% CI) | host ratio |",
-        "|---|---|---|---|---|",
+        "| shape | identical | graph ratio | eager ratio (95% CI) | host ratio "
+        "| median µs, baseline -> variant: graph / eager / host |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         base = by.get((r["baseline"], kernel.shape_key(r)))
         if r["variant"] != variant or base is None:
             continue
-        cells = []
+        cells, medians = [], []
         for key in ("graph_us", "eager_us", "host_us"):
             n = min(len(r.get(key) or []), len(base.get(key) or []))
             cells.append(
                 stats.paired_ratio(base[key][:n], r[key][:n]).text(2) if n else "not recorded"
             )
-        lines.append(f"| {kernel.shape_name(r)} | {r['identical']} | {' | '.join(cells)} |")
+            medians.append(
+                f"{statistics.median(base[key][:n]):.1f} -> {statistics.median(r[key][:n]):.1f}"
+                if n
+                else "-"
+            )
+        lines.append(
+            f"| {kernel.shape_name(r)} | {r['identical']} | {' | '.join(cells)} "
+            f"| {' / '.join(medians)} |"
+        )
     return "\n".join(lines)
 
 
