@@ -153,7 +153,7 @@ def _import(root: Path, run: dict) -> dict:
 def test_a_synthetic_run_round_trips_into_the_record(root):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
     record = _import(root, run)
-    shape = record["numbers"]["runs"][0]["shapes"]["B=64 L=2048"]
+    shape = _pooled(record, "B=64 L=2048")
     done = ab_rounds.from_records(run["rounds"])
     first = [r for r in done if r.index in run["stages"][0]["rounds"]]
     direct = ab_rounds.paired(first, "patched/plain", "patched/pen", "tok_per_s")
@@ -164,6 +164,12 @@ def test_a_synthetic_run_round_trips_into_the_record(root):
     assert "B=128 L=2048 (not run: out of time" in record["reason"]
     assert "| patched penalty cost, no top-k/top-p |" in record["tables"][0]
     assert record["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def _pooled(record: dict, shape: str) -> dict:
+    """The record's numbers of the one pool at `shape`."""
+    (found,) = [v for k, v in record["numbers"]["pooled"].items() if k.startswith(shape + ",")]
+    return found
 
 
 def test_a_resolved_penalty_cost_beyond_two_percent_fails(root):
@@ -193,7 +199,7 @@ def test_tokens_are_not_judged_without_a_second_engine_of_the_baseline(root):
     run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"})
     record = _import(root, run)
     assert record["outcome"] == "pass"  # GPU engines need not agree across starts
-    shape = record["numbers"]["runs"][0]["shapes"]["B=64 L=2048"]
+    shape = _pooled(record, "B=64 L=2048")
     assert "differ; not judged" in shape["tokens patched vs series (penalized, no top-k/top-p)"]
 
 
@@ -235,6 +241,20 @@ def test_an_earlier_series_run_lends_only_pristines_cost(root):
     assert _share(cells[3]) == pytest.approx(0.45, abs=0.005)
     assert cells[4:7] == ["-", "-", "-"]
     assert cells[7].endswith("(earlier patch form: pristine only)")
+
+
+def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):
+    runs = [synthetic_run({"patched/pen": 0.99}, 0.01, n=4) for _ in range(3)]
+    runs[1]["date"] = "2026-11-25T10:00:00+00:00"
+    runs[2] |= {"date": "2026-11-25T11:00:00+00:00", "machine": {"gpu": "NVIDIA H200"}}
+    for i, run in enumerate(runs):
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    pooled = gpu_engine_ab.penalty_cost("0.22.0")["numbers"]["pooled"]
+    (h100,) = [k for k in pooled if "H100" in k]
+    (h200,) = [k for k in pooled if "H200" in k]
+    assert "2 run(s): 2026-11-25T09:00: ran 5 rounds; 2026-11-25T10:00" in h100
+    cost = "patched penalized/plain (no top-k/top-p)"
+    assert pooled[h100][cost]["n"] == 8 and pooled[h200][cost]["n"] == 4
 
 
 def test_nothing_measured_is_not_run(root):

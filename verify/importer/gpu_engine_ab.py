@@ -26,6 +26,7 @@ variants of such runs are left out.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from verify import registry, stats
 from verify.ab import rounds as ab_rounds
@@ -181,28 +182,30 @@ KEY_HEADER = (
 )
 
 
-def key_rows(run: dict, stage: dict, rounds: list, pristine_only: bool) -> list[str]:
-    """Rows of the key table for one stage: each build's penalty cost side by side, and
-    patched/series on penalized tok/s. `pristine_only`: a run of an earlier series form."""
-    found = costs(run, stage, rounds)
-    cells = stage_cells(run, stage)
-    config = run["configs"][next(iter(cells.values())).split("/", 1)[1]]
+def key_rows(pool: Pool) -> list[str]:
+    """The key table's rows of one pool: each build's penalty cost side by side, and
+    patched/series on penalized tok/s."""
+    found = costs(pool.run, pool.stage, pool.rounds)
+    cells = stage_cells(pool.run, pool.stage)
+    config = pool.run["configs"][pool.stage["cells"][0].split("/", 1)[1]]
     seeded = "seeded" if comparable(config) else "unseeded"
-    label = run["date"][:16] + (" (earlier patch form: pristine only)" if pristine_only else "")
+    label = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
+    label += " (earlier patch form: pristine only)" if pool.pristine_only else ""
+    builds = ("pristine",) if pool.pristine_only else ("pristine", "series", "patched")
     rows = []
     for topkp in (False, True):
-        builds = ("pristine",) if pristine_only else ("pristine", "series", "patched")
         if not any((b, topkp) in found for b in builds):
             continue
-        cost = {b: "-" for b in ("pristine", "series", "patched")}
         ran = {v for v, _, t in cells if t == topkp}
+        cost = {b: "-" for b in ("pristine", "series", "patched")}
         cost |= {b: _cost_text(found.get((b, topkp))) for b in builds if b in ran}
         pen_s, pen_p = cells.get(("series", True, topkp)), cells.get(("patched", True, topkp))
-        vs = ratio(rounds, pen_s, pen_p) if pen_s and pen_p and not pristine_only else None
-        vs_text = "-" if vs is None else _interval_text(vs)
+        both = pen_s and pen_p and not pool.pristine_only
+        vs = ratio(pool.rounds, pen_s, pen_p) if both else None
         rows.append(
-            f"| {stage['batch']} | {stage['output_len']} | {_kind(topkp)}, {seeded} "
-            f"| {cost['pristine']} | {cost['series']} | {cost['patched']} | {vs_text} | {label} |"
+            f"| {pool.stage['batch']} | {pool.stage['output_len']} | {_kind(topkp)}, {seeded} "
+            f"| {cost['pristine']} | {cost['series']} | {cost['patched']} "
+            f"| {'-' if vs is None else _interval_text(vs)} | {label} |"
         )
     return rows
 
@@ -213,46 +216,99 @@ HEADER = (
 )
 
 
+@dataclass
+class Pool:
+    """The measured stages of one shape and set of configs on one GPU, pooled over runs: a
+    round pairs cells on one run's engines, so the rounds of several device calls add up."""
+
+    run: dict  # the first run (its configs name the cells)
+    stage: dict  # its shape, with the cells of every run
+    pristine_only: bool  # runs of an earlier patch form: only pristine's cost is used
+    rounds: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+
+    def add(self, run: dict, stage: dict, rounds: list) -> None:
+        self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
+        self.rounds += rounds
+        self.runs.append(f"{run['date'][:16]}: {stage['status']}")
+
+    @property
+    def shape(self) -> str:
+        return f"B={self.stage['batch']} L={self.stage['output_len']}"
+
+    @property
+    def title(self) -> str:
+        config = self.run["configs"][self.stage["cells"][0].split("/", 1)[1]]
+        seeded = "seeded" if comparable(config) else "unseeded"
+        gpu_name = (self.run.get("machine") or {}).get("gpu", "GPU not recorded")
+        return (
+            f"{self.shape}, input {self.stage['input_len']}, {seeded}, {gpu_name} "
+            f"({len(self.runs)} run(s): {'; '.join(self.runs)})"
+        )
+
+
+def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
+    """Stages pool when they ran the same configs at the same shape on the same GPU model
+    (and, for runs of an earlier patch form, the same series)."""
+    names = sorted({c.split("/", 1)[1] for c in stage["cells"]})
+    configs = json.dumps({n: run["configs"][n] for n in names}, sort_keys=True)
+    gpu_name = (run.get("machine") or {}).get("gpu")
+    series = run.get("series_hash") if earlier else ""
+    return (series, gpu_name, stage["batch"], stage["output_len"], stage["input_len"], configs)
+
+
+def pool_runs(runs: list[dict], current: str | None) -> tuple[list[Pool], list[dict], list[str]]:
+    """(pools, the current series' runs as listed in the record, shapes no run measured)."""
+    pools: dict[tuple, Pool] = {}
+    entries, unmeasured = [], {}
+    for run in runs:
+        earlier = run.get("series_hash") != current
+        if earlier and not any(c.startswith("pristine/") for c in run["cells"]):
+            continue
+        done = ab_rounds.from_records(run["rounds"])
+        for stage in run["stages"]:
+            rounds = [r for r in done if r.index in set(stage["rounds"])]
+            if any(not r.warmup for r in rounds):
+                key = pool_key(run, stage, earlier)
+                pools.setdefault(key, Pool(run, {**stage, "cells": []}, earlier))
+                pools[key].add(run, stage, rounds)
+            elif not earlier:
+                shape = f"B={stage['batch']} L={stage['output_len']}"
+                unmeasured.setdefault(shape, f"{shape} ({stage['status']})")
+        if not earlier:
+            shapes = {f"B={s['batch']} L={s['output_len']}": s["status"] for s in run["stages"]}
+            entries.append({"date": run["date"], "command": run.get("command"), "shapes": shapes})
+            if run.get("stopped"):
+                unmeasured[run["date"]] = f"run {run['date']} stopped: {run['stopped'][:300]}"
+    measured = {p.shape for p in pools.values() if not p.pristine_only}
+    not_run = [text for shape, text in unmeasured.items() if shape not in measured]
+    return list(pools.values()), entries, not_run
+
+
 def penalty_cost(version: str) -> dict | None:
-    """The record of issue 22's penalty-cost runs measured with the newest run's series."""
+    """The record of issue 22's penalty-cost runs measured with the newest run's series, the
+    rounds of runs at one shape and set of configs pooled."""
     runs = load_runs(version)
     if not runs:
         return None
     src = runs[-1]
-    same = [r for r in runs if r.get("series_hash") == src.get("series_hash")]
+    pools, entries, not_run = pool_runs(runs, src.get("series_hash"))
     threshold = _threshold(version)
-    parts, numbers, tables, not_run, key = [], {"runs": []}, [], [], [KEY_HEADER]
-    for run in runs:
-        earlier = run.get("series_hash") != src.get("series_hash")
-        if earlier and not any(c.startswith("pristine/") for c in run["cells"]):
+    parts, tables, key = [], [], [KEY_HEADER]
+    numbers: dict = {"runs": entries, "pooled": {}}
+    for pool in pools:
+        key += key_rows(pool)
+        if pool.pristine_only:
             continue
-        done = ab_rounds.from_records(run["rounds"])
-        entry = {"date": run["date"], "command": run.get("command"), "shapes": {}}
-        for stage in run["stages"]:
-            shape = f"B={stage['batch']} L={stage['output_len']}"
-            rounds = [r for r in done if r.index in set(stage["rounds"])]
-            measured = any(not r.warmup for r in rounds)
-            if measured:
-                key += key_rows(run, stage, rounds, pristine_only=earlier)
-            if earlier:
-                continue
-            if not measured:
-                not_run.append(f"{shape} ({stage['status']})")
-                entry["shapes"][shape] = {"status": stage["status"]}
-                continue
-            got, nums, rows = judge_stage(run, stage, rounds, threshold)
-            parts += got
-            entry["shapes"][shape] = {"status": stage["status"], **nums}
-            title = f"{shape}, input {stage['input_len']} (run {run['date']}, {stage['status']})"
-            tables.append(f"{title}\n\n" + "\n".join([HEADER, *rows]))
-        if earlier:
-            continue
-        if run.get("stopped"):
-            not_run.append(f"run {run['date']} stopped: {run['stopped'][:300]}")
-        numbers["runs"].append(entry)
+        got, nums, rows = judge_stage(pool.run, pool.stage, pool.rounds, threshold)
+        parts += got
+        numbers["pooled"][pool.title] = nums
+        tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
-    numbers["runs_of_other_series_left_out"] = len(runs) - len(same)
+    numbers["runs_of_other_series_left_out"] = sum(
+        r.get("series_hash") != src.get("series_hash") for r in runs
+    )
     nothing = "; ".join(not_run) or "no run measured a patched cell beside a plain or baseline one"
     verdict = combine(parts) if parts else Verdict(NOT_RUN, nothing)
     if parts and not_run:
