@@ -141,7 +141,9 @@ def synthetic_run(
 
 
 @pytest.fixture
-def root(gpu_results_root: Path) -> Path:
+def root(gpu_results_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Results root whose goal range is the synthetic runs' one measured shape."""
+    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False),))
     return gpu_results_root
 
 
@@ -255,6 +257,16 @@ def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):
     assert "2 run(s): 2026-11-25T09:00: ran 5 rounds; 2026-11-25T10:00" in h100
     cost = "patched penalized/plain (no top-k/top-p)"
     assert pooled[h100][cost]["n"] == 8 and pooled[h200][cost]["n"] == 4
+
+
+def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):
+    run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    assert _import(root, run)["outcome"] == "pass"
+    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False), (64, 8000, False)))
+    record = _import(root, run)
+    assert record["outcome"] == "inconclusive"
+    assert "goal cells not measured: B=64 L>=8000 no top-k/top-p" in record["reason"]
+    assert record["numbers"]["goal_not_measured"] == ["B=64 L>=8000 no top-k/top-p"]
 
 
 def test_nothing_measured_is_not_run(root):

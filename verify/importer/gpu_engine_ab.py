@@ -32,9 +32,16 @@ from verify import registry, stats
 from verify.ab import rounds as ab_rounds
 from verify.importer import gpu
 from verify.importer.gpu import _record
-from verify.verdicts import NOT_RUN, Verdict, combine, identity, performance
+from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
 
 STEP = "e2e-gpu-penalty-cost"
+#: Issue 22's goal range as this step covers it: (B, L at least, top-k/top-p) cells where
+#: patched's penalty cost must be measured before the verdict speaks for the range (B 32..256
+#: at 2k, 8k at B=64, top-k/top-p at B=64); a pass elsewhere is `inconclusive` until then.
+GOAL = (
+    (32, 2048, False), (64, 2048, False), (128, 2048, False), (256, 2048, False),
+    (64, 8000, False), (64, 2048, True),
+)  # fmt: skip
 FILES = "penalties-ab*.json"
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 BASELINES = ("series", "pristine")
@@ -294,7 +301,7 @@ def penalty_cost(version: str) -> dict | None:
     src = runs[-1]
     pools, entries, not_run = pool_runs(runs, src.get("series_hash"))
     threshold = _threshold(version)
-    parts, tables, key = [], [], [KEY_HEADER]
+    parts, tables, key, covered = [], [], [KEY_HEADER], set()
     numbers: dict = {"runs": entries, "pooled": {}}
     for pool in pools:
         key += key_rows(pool)
@@ -304,17 +311,48 @@ def penalty_cost(version: str) -> dict | None:
         parts += got
         numbers["pooled"][pool.title] = nums
         tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
+        covered |= {
+            (pool.stage["batch"], pool.stage["output_len"], topkp)
+            for topkp in (False, True)
+            if f"patched penalized/plain ({_kind(topkp)})" in nums
+        }
+    missing = goal_missing(covered)
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
+    numbers["goal_not_measured"] = missing
     numbers["runs_of_other_series_left_out"] = sum(
         r.get("series_hash") != src.get("series_hash") for r in runs
     )
-    nothing = "; ".join(not_run) or "no run measured a patched cell beside a plain or baseline one"
-    verdict = combine(parts) if parts else Verdict(NOT_RUN, nothing)
-    if parts and not_run:
-        verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
+    verdict = _verdict(parts, not_run, missing)
     key_table = "\n".join(key) if len(key) > 1 else None
     return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
+
+
+def goal_missing(covered: set[tuple[int, int, bool]]) -> list[str]:
+    """GOAL cells that no pool measured patched's penalty cost at."""
+    return [
+        f"B={b} L{'>=' if length > 2048 else '='}{length} {_kind(topkp)}"
+        for b, length, topkp in GOAL
+        if not any(c[0] == b and c[1] >= length and c[2] == topkp for c in covered)
+    ]
+
+
+def _verdict(parts: list[Verdict], not_run: list[str], missing: list[str]) -> Verdict:
+    """The measured parts combined; shapes not reached named; a pass that does not cover the
+    goal range is inconclusive."""
+    if not parts:
+        nothing = "; ".join(not_run) or "no run measured a patched cell beside a baseline"
+        return Verdict(NOT_RUN, nothing)
+    verdict = combine(parts)
+    if verdict.outcome == PASS and missing:
+        verdict = Verdict(INCONCLUSIVE, f"pass where measured; goal cells not measured: "
+                          f"{'; '.join(missing)}")  # fmt: skip
+    elif missing:
+        verdict = Verdict(verdict.outcome, f"{verdict.reason}; goal cells not measured: "
+                          f"{'; '.join(missing)}")  # fmt: skip
+    if not_run:
+        verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
+    return verdict
 
 
 def _threshold(version: str) -> float:
