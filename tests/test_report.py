@@ -217,3 +217,21 @@ def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace, b
 )
 def test_scrub_removes_machine_local_paths(text, expected):
     assert report.scrub(text) == expected
+
+
+def test_a_failing_render_leaves_the_old_reports_in_place(built, workspace, monkeypatch):
+    index, text = built
+    (index.parent / "0009-gone.md").write_text("a report of a patch no longer in the series")
+    before = {p.name: p.read_text() for p in index.parent.iterdir()}
+
+    def broken(evidence):
+        raise KeyError("key_table")
+
+    monkeypatch.setattr(report, "render_appendix", broken)
+    with pytest.raises(KeyError):
+        report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+    assert {p.name: p.read_text() for p in index.parent.iterdir()} == before
+    monkeypatch.undo()
+    report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+    assert not (index.parent / "0009-gone.md").exists()  # a stale page goes once all rendered
+    assert (index.parent / "0001-Perf-Faster-penalties.md").read_text() == text

@@ -413,11 +413,7 @@ def build(
     """Write every patch's report, its appendix and the per-patch matrix; returns the index."""
     out = (out_root or paths.reports_root()) / version
     evidence = evidence_for(version, patches_root, results_root)  # raises before any write
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.md"):
-        stale.unlink()
-    for stale in out.glob("*.png"):
-        stale.unlink()
+    pages: dict[str, str] = {}  # every page rendered before the old ones are removed
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
         "",
@@ -430,8 +426,8 @@ def build(
     for ev in evidence:
         stem = ev.patch.name.removesuffix(".patch")
         appendix = f"{stem}-appendix.md"
-        (out / f"{stem}.md").write_text(render_patch(ev, appendix))
-        (out / appendix).write_text(render_appendix(ev))
+        pages[f"{stem}.md"] = render_patch(ev, appendix)
+        pages[appendix] = render_appendix(ev)
         cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
         index.append(
             f"| [{ev.patch.name[:4]}]({stem}.md) {ev.patch.subject} | {ev.entry.slug} | {cells} |"
@@ -446,7 +442,12 @@ def build(
         "not run (no record) / `-` (no step of that kind for this patch); "
         "(stale): recorded for an older version of the patch or harness.",
     ]
-    path = out / "README.md"
     index[-1] = _wrap(index[-1])
-    path.write_text(scrub("\n".join(index)) + "\n")
-    return path
+    pages["README.md"] = scrub("\n".join(index)) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("*.md"), *out.glob("*.png")]:
+        if stale.name not in pages:
+            stale.unlink()
+    for name, text in pages.items():
+        (out / name).write_text(text)
+    return out / "README.md"
