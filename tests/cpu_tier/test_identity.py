@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from verify.e2e import identity
+from verify.e2e.__main__ import parse_env
 from verify.e2e.identity import compare_generations
+from verify.errors import PatchbenchError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -306,3 +308,31 @@ def test_worker_records_the_top_k_candidates_best_first():
     top = worker._top(position)
     assert [tid for tid, _ in top] == [5, 2, 11, 12, 13]
     assert top[0][1] == -0.1
+
+
+def test_patched_env_reaches_only_the_patched_root_and_the_record(
+    identity_ctx, tmp_path, monkeypatch
+):
+    identity_ctx.runtime.env = lambda root: {"PATCHBENCH_ROOT": root}
+    identity_ctx.patched_env = {"VLLM_V1_PENALTY_STATE": "1"}
+    assert identity_ctx.env("pristine") == {"PATCHBENCH_ROOT": "pristine"}
+    forced = {"PATCHBENCH_ROOT": "patched", "VLLM_V1_PENALTY_STATE": "1"}
+    assert identity_ctx.env("patched") == forced
+    gen = {"requests": SAME, "tokens": 8, "generate_s": 1.0, "tok_per_s": 8.0}
+    run, _ = _fake_worker(dict.fromkeys(("pristine", "pristine-control", "patched"), gen))
+    monkeypatch.setattr(identity, "run_worker", run)
+    record = "e2e-token-identity-penalty-state"
+    assert identity.token_identity(identity_ctx, max_tokens=4, prompts=1, record=record)
+    rec = json.loads((tmp_path / f"results/cpu/0.22.0/{record}.json").read_text())
+    assert rec["step"] == record and rec["numbers"]["patched_env"] == identity_ctx.patched_env
+    assert not (tmp_path / "results/cpu/0.22.0/e2e-token-identity.json").exists()
+
+
+@pytest.mark.parametrize("item", ["VLLM_V1_PENALTY_STATE", "=1", "NOT A NAME=1"])
+def test_a_malformed_patched_env_is_a_named_error(item, bad_input):
+    from verify.e2e.__main__ import main
+
+    with pytest.raises(PatchbenchError, match="expected NAME=VALUE") as err:
+        parse_env([item])
+    bad_input(f"python -m verify.e2e tokens --patched-env {item!r}", str(err.value))
+    assert main(["tokens", "--patched-env", item]) == 2  # before any setup

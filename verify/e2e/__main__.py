@@ -40,7 +40,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-prompts", type=int, help="requests per bench run (serve-bench)")
     p.add_argument("--limit", type=int, help="gsm8k test questions (0 = all 1319)")
     p.add_argument("--health-timeout", type=float, default=600)
+    p.add_argument(
+        "--patched-env", action="append", default=[], metavar="NAME=VALUE",
+        help="set in the patched root's workers only, e.g. VLLM_V1_PENALTY_STATE=1 (0011's "
+        "device penalty state, off on CPU by default); repeatable; recorded with the step",
+    )  # fmt: skip
+    p.add_argument("--record", help="record name of the tokens step (default e2e-token-identity)")
     return p
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """NAME=VALUE items -> {NAME: VALUE}; a named error for anything else."""
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise PatchbenchError(f"--patched-env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def run(args: argparse.Namespace) -> bool:
@@ -49,7 +66,9 @@ def run(args: argparse.Namespace) -> bool:
 
     q = args.quick
     started = time.monotonic()
+    patched_env = parse_env(args.patched_env)  # before a multi-minute setup
     ctx = common.setup(args.version, args.model, args.tree)
+    ctx.patched_env = patched_env
     common.say(f"setup: {ctx.timings}; versions: {ctx.versions}")
     ok = True
     step = args.step
@@ -58,6 +77,7 @@ def run(args: argparse.Namespace) -> bool:
             ctx,
             max_tokens=args.max_tokens or (192 if q else 384),
             prompts=args.prompts or (2 if q else 4),
+            record=args.record or "e2e-token-identity",
         )
     if step in ("embed", "all"):
         if args.embed_model:

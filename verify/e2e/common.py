@@ -46,6 +46,12 @@ class Context:
     model: Path
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    patched_env: dict[str, str] = field(default_factory=dict)  # the patched root's workers only
+
+    def env(self, root: str) -> dict[str, str]:
+        """The runtime's environment of `root`, with --patched-env for the patched root."""
+        env = self.runtime.env(root)
+        return {**env, **self.patched_env} if root == "patched" else env
 
     def numbers_header(self) -> dict:
         rt = self.runtime
@@ -58,6 +64,7 @@ class Context:
             "overlaid_files": _overlaid(rt),
             "model": str(self.model),
             "setup_seconds": self.timings,
+            **({"patched_env": self.patched_env} if self.patched_env else {}),
         }
 
 
@@ -111,7 +118,7 @@ def run_worker(
         *extra,
     ]
     log = out.with_suffix(".log")
-    env = rt.env(root)
+    env = ctx.env(root)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(SHIMS)]))
     say(f"{root}: {shlex.join(cmd[1:])}  (log {log})")
     started = time.monotonic()

@@ -169,7 +169,9 @@ def _timing(out: dict[str, dict]) -> dict:
     }
 
 
-def token_identity(ctx: Context, *, max_tokens: int = 256, prompts: int = 4) -> bool:
+def token_identity(
+    ctx: Context, *, max_tokens: int = 256, prompts: int = 4, record: str = "e2e-token-identity"
+) -> bool:
     work = workdir(ctx.version, "token-identity")
     extra = ["--max-tokens", str(max_tokens), "--prompts", str(prompts)]
     out = {
@@ -201,9 +203,7 @@ def token_identity(ctx: Context, *, max_tokens: int = 256, prompts: int = 4) -> 
         )
     else:
         say(f"token identity {_HEADLINE.get(verdict.outcome, verdict.outcome)}: {verdict.reason}")
-    write_result(
-        ctx, "e2e-token-identity", "series", verdict.outcome, numbers, reason=verdict.reason
-    )
+    write_result(ctx, record, "series", verdict.outcome, numbers, reason=verdict.reason)
     return verdict.outcome == PASS
 
 

@@ -68,7 +68,7 @@ def ab_servers(ctx: Context, work: Path, health_timeout: float = 600):
             port = free_port()
             srv = Server(
                 serve_cmd(ctx, port),
-                ctx.runtime.env(root),
+                ctx.env(root),
                 port,
                 work / f"server-{root}.log",
                 label=f"vllm serve ({root})",
