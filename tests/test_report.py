@@ -235,3 +235,9 @@ def test_a_failing_render_leaves_the_old_reports_in_place(built, workspace, monk
     report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
     assert not (index.parent / "0009-gone.md").exists()  # a stale page goes once all rendered
     assert (index.parent / "0001-Perf-Faster-penalties.md").read_text() == text
+
+
+def test_counts_of_a_record_with_several_pytest_runs():
+    runs = {"shipped/pristine": {"passed": 3, "failed": 1, "skipped": 0}, "edited/patched": {}}
+    record = _record("upstream-x", "pass", numbers={"runs": runs})
+    assert report.counts([record]) == "shipped/pristine: 3 passed, 1 failed"

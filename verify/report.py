@@ -115,10 +115,24 @@ def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
         if own:
             n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
+        found = found or _run_counts(n.get("runs"))
         if found and harness and not own and r["step"].startswith("equivalence-"):
             found.append("counted over every test file of the record, not per patch")
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
+def _run_counts(runs: Any) -> list[str]:
+    """Counts of records that keep several pytest runs ({run: {passed, failed, ...}}), e.g.
+    the upstream tests as shipped and as edited: one `run: N passed, M failed` per run."""
+    if not isinstance(runs, dict):
+        return []
+    out = []
+    for name, run in runs.items():
+        if isinstance(run, dict) and isinstance(run.get("passed"), int):
+            shown = [f"{run[k]} {k}" for k in ("passed", "failed", "skipped") if run.get(k)]
+            out.append(f"{name}: {', '.join(shown) or '0 passed'}")
+    return ["; ".join(out)] if out else []
 
 
 def _structured(numbers: dict[str, Any], width: int = 400) -> list[str]:
