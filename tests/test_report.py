@@ -143,6 +143,15 @@ def test_a_key_table_is_shown_in_the_report_before_ratio_tables(make_tree, works
     assert key in appendix
 
 
+def test_a_key_table_past_the_size_budget_is_still_shown(make_tree, workspace, monkeypatch):
+    monkeypatch.setattr(report, "MAX_LINES", 10)  # the report's other parts already exceed it
+    key = "| B | pristine cost | patched cost |\n|---|---|---|\n| 64 | 43.4% | 2.5% |"
+    _, text = _build(make_tree, workspace, {"serve.json": ("serve-x", "pass", {"key_table": key})})
+    assert key in text
+    assert "**Penalty build A/B** (before/after)" not in text  # ratio tables keep the budget
+    assert "(before/after tables of 1 more step(s) in the appendix)" in text
+
+
 def test_each_step_states_its_own_outcome(built):
     _, text = built
     # Only this patch's own test file is counted, not the seed's other files.

@@ -358,7 +358,8 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
         block = _step_tables(step.title, records)
         if not block:
             continue
-        if _count(lines) + len(block) + _count(env) + footer > MAX_LINES:
+        keyed = any(r.get("key_table") for r in records)  # the step's own figure: always shown
+        if not keyed and _count(lines) + _count(block) + _count(env) + footer > MAX_LINES:
             moved += 1
             continue
         lines += block
