@@ -250,3 +250,10 @@ def test_counts_of_a_record_with_several_pytest_runs():
     runs = {"shipped/pristine": {"passed": 3, "failed": 1, "skipped": 0}, "edited/patched": {}}
     record = _record("upstream-x", "pass", numbers={"runs": runs})
     assert report.counts([record]) == "shipped/pristine: 3 passed, 1 failed"
+
+
+def test_counts_of_an_identity_record():
+    numbers = {"requests": 12, "identical_requests": 6, "control_identical_requests": 12}
+    assert report.counts([_record("e2e-x", "fail", "differ", numbers=numbers)]) == (
+        "6 of 12 requests identical (pristine with itself: 12 of 12)"
+    )

@@ -115,11 +115,21 @@ def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
         if own:
             n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
-        found = found or _run_counts(n.get("runs"))
+        found = found or _run_counts(n.get("runs")) or _identity_counts(n)
         if found and harness and not own and r["step"].startswith("equivalence-"):
             found.append("counted over every test file of the record, not per patch")
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
+def _identity_counts(n: dict[str, Any]) -> list[str]:
+    """`12 of 12 requests identical (pristine with itself: 12 of 12)` of an identity record."""
+    total, same = n.get("requests"), n.get("identical_requests")
+    if not (isinstance(total, int) and isinstance(same, int)):
+        return []
+    control = n.get("control_identical_requests")
+    tail = f" (pristine with itself: {control} of {total})" if isinstance(control, int) else ""
+    return [f"{same} of {total} requests identical{tail}"]
 
 
 def _run_counts(runs: Any) -> list[str]:
