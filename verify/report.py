@@ -304,10 +304,15 @@ def _environment(evidence: PatchEvidence) -> list[str]:
     return lines
 
 
+def _key_tables(records: list[Record]) -> list[str]:
+    """The key tables the records write (a step's own figure in the PR report)."""
+    return [r["key_table"] for r in records if r.get("key_table")]
+
+
 def _step_tables(title: str, records: list[Record]) -> list[str]:
     """A step's block in the PR report: its records' key tables where they write one, else the
     verify.stats ratios of its records; [] when there is neither."""
-    keyed = [r["key_table"] for r in records if r.get("key_table")]
+    keyed = _key_tables(records)
     if keyed:
         return [f"**{title}**:", "", *keyed, ""]
     with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
@@ -359,16 +364,13 @@ def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
     moved = 0
     perf_first = sorted(  # steps with a key table first, then performance steps
         evidence.rows,
-        key=lambda row: (
-            not any(r.get("key_table") for r in row[3]),
-            row[0].rule not in PERF_RULES,
-        ),
+        key=lambda row: (not _key_tables(row[3]), row[0].rule not in PERF_RULES),
     )
     for step, _state, _, records in perf_first:
         block = _step_tables(step.title, records)
         if not block:
             continue
-        keyed = any(r.get("key_table") for r in records)  # the step's own figure: always shown
+        keyed = bool(_key_tables(records))  # the step's own figure: always shown
         if not keyed and _count(lines) + _count(block) + _count(env) + footer > MAX_LINES:
             moved += 1
             continue

@@ -865,14 +865,13 @@ def _kernel_table(rows: list[dict], variant: str) -> str:
         cells, medians = [], []
         for key in ("graph_us", "eager_us", "host_us"):
             n = min(len(r.get(key) or []), len(base.get(key) or []))
-            cells.append(
-                stats.paired_ratio(base[key][:n], r[key][:n]).text(2) if n else "not recorded"
-            )
-            medians.append(
-                f"{statistics.median(base[key][:n]):.1f} -> {statistics.median(r[key][:n]):.1f}"
-                if n
-                else "-"
-            )
+            if not n:
+                cells.append("not recorded")
+                medians.append("-")
+                continue
+            a, b = base[key][:n], r[key][:n]
+            cells.append(stats.paired_ratio(a, b).text(2))
+            medians.append(f"{statistics.median(a):.1f} -> {statistics.median(b):.1f}")
         lines.append(
             f"| {kernel.shape_name(r)} | {r['identical']} | {' | '.join(cells)} "
             f"| {' / '.join(medians)} |"

@@ -54,6 +54,11 @@ def load_runs(version: str, files: str = FILES) -> list[dict]:
     return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
 
 
+def shape_of(stage: dict) -> str:
+    """`B=64 L=2048` of a stage."""
+    return f"B={stage['batch']} L={stage['output_len']}"
+
+
 def sampling_of(config: dict) -> tuple[bool, bool]:
     """(penalized, with top-k/top-p) of a config."""
     penalized = any(config.get(k, 1.0 if k == "repetition_penalty" else 0.0) not in (0.0, 1.0)
@@ -104,7 +109,7 @@ def costs(run: dict, stage: dict, rounds: list) -> dict[tuple[str, bool], stats.
 def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
     """(verdict parts, numbers, table rows) of one measured stage."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
-    shape = f"B={stage['batch']} L={stage['output_len']}"
+    shape = shape_of(stage)
     for (variant, topkp), r in costs(run, stage, rounds).items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
         rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
@@ -160,7 +165,7 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
-    share = _cost_text(r).rsplit(", n=", 1)[0] if cost else "-"
+    share = _cost_text(r) if cost else "-"
     mde = f"{r.mde:.1%}" if r.mde is not None else "-"
     return f"| {label} | {_interval_text(r)} | {share} | {r.n} | {mde} |"
 
@@ -170,14 +175,17 @@ def _interval_text(r: stats.Ratio) -> str:
     return f"{r.ratio:.3f} {interval}"
 
 
-def _cost_text(r: stats.Ratio | None) -> str:
-    """Penalty cost (1 - penalized/plain) with its interval, e.g. `2.5% [-0.1%, 5.0%], n=9`."""
-    if r is None:
-        return "not run"
+def _cost_text(r: stats.Ratio) -> str:
+    """Penalty cost (1 - penalized/plain) with its interval, e.g. `2.5% [-0.1%, 5.0%]`."""
     text = f"{1 - r.ratio:.1%}"
     if r.low is not None:
         text += f" [{1 - r.high:.1%}, {1 - r.low:.1%}]"
-    return f"{text}, n={r.n}"
+    return text
+
+
+def _cost_cell(r: stats.Ratio | None) -> str:
+    """A key-table cell: the cost with its interval and rounds, or `not run`."""
+    return "not run" if r is None else f"{_cost_text(r)}, n={r.n}"
 
 
 KEY_HEADER = (
@@ -194,8 +202,6 @@ def key_rows(pool: Pool) -> list[str]:
     patched/series on penalized tok/s."""
     found = costs(pool.run, pool.stage, pool.rounds)
     cells = stage_cells(pool.run, pool.stage)
-    config = pool.run["configs"][pool.stage["cells"][0].split("/", 1)[1]]
-    seeded = "seeded" if comparable(config) else "unseeded"
     label = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
     label += " (earlier patch form: pristine only)" if pool.pristine_only else ""
     builds = ("pristine",) if pool.pristine_only else ("pristine", "series", "patched")
@@ -205,12 +211,12 @@ def key_rows(pool: Pool) -> list[str]:
             continue
         ran = {v for v, _, t in cells if t == topkp}
         cost = {b: "-" for b in ("pristine", "series", "patched")}
-        cost |= {b: _cost_text(found.get((b, topkp))) for b in builds if b in ran}
+        cost |= {b: _cost_cell(found.get((b, topkp))) for b in builds if b in ran}
         pen_s, pen_p = cells.get(("series", True, topkp)), cells.get(("patched", True, topkp))
         both = pen_s and pen_p and not pool.pristine_only
         vs = ratio(pool.rounds, pen_s, pen_p) if both else None
         rows.append(
-            f"| {pool.stage['batch']} | {pool.stage['output_len']} | {_kind(topkp)}, {seeded} "
+            f"| {pool.stage['batch']} | {pool.stage['output_len']} | {_kind(topkp)}, {pool.seeded} "
             f"| {cost['pristine']} | {cost['series']} | {cost['patched']} "
             f"| {'-' if vs is None else _interval_text(vs)} | {label} |"
         )
@@ -241,15 +247,19 @@ class Pool:
 
     @property
     def shape(self) -> str:
-        return f"B={self.stage['batch']} L={self.stage['output_len']}"
+        return shape_of(self.stage)
+
+    @property
+    def seeded(self) -> str:
+        """`seeded` or `unseeded`: whether the pool's configs give each request a seed."""
+        config = self.run["configs"][self.stage["cells"][0].split("/", 1)[1]]
+        return "seeded" if comparable(config) else "unseeded"
 
     @property
     def title(self) -> str:
-        config = self.run["configs"][self.stage["cells"][0].split("/", 1)[1]]
-        seeded = "seeded" if comparable(config) else "unseeded"
         gpu_name = (self.run.get("machine") or {}).get("gpu", "GPU not recorded")
         return (
-            f"{self.shape}, input {self.stage['input_len']}, {seeded}, {gpu_name} "
+            f"{self.shape}, input {self.stage['input_len']}, {self.seeded}, {gpu_name} "
             f"({len(self.runs)} run(s): {'; '.join(self.runs)})"
         )
 
@@ -274,16 +284,17 @@ def pool_runs(runs: list[dict], current: str | None) -> tuple[list[Pool], list[d
             continue
         done = ab_rounds.from_records(run["rounds"])
         for stage in run["stages"]:
-            rounds = [r for r in done if r.index in set(stage["rounds"])]
+            wanted = set(stage["rounds"])
+            rounds = [r for r in done if r.index in wanted]
             if any(not r.warmup for r in rounds):
                 key = pool_key(run, stage, earlier)
                 pools.setdefault(key, Pool(run, {**stage, "cells": []}, earlier))
                 pools[key].add(run, stage, rounds)
             elif not earlier:
-                shape = f"B={stage['batch']} L={stage['output_len']}"
+                shape = shape_of(stage)
                 unmeasured.setdefault(shape, f"{shape} ({stage['status']})")
         if not earlier:
-            shapes = {f"B={s['batch']} L={s['output_len']}": s["status"] for s in run["stages"]}
+            shapes = {shape_of(s): s["status"] for s in run["stages"]}
             entries.append({"date": run["date"], "command": run.get("command"), "shapes": shapes})
             if run.get("stopped"):
                 unmeasured[run["date"]] = f"run {run['date']} stopped: {run['stopped'][:300]}"
@@ -344,12 +355,11 @@ def _verdict(parts: list[Verdict], not_run: list[str], missing: list[str]) -> Ve
         nothing = "; ".join(not_run) or "no run measured a patched cell beside a baseline"
         return Verdict(NOT_RUN, nothing)
     verdict = combine(parts)
-    if verdict.outcome == PASS and missing:
-        verdict = Verdict(INCONCLUSIVE, f"pass where measured; goal cells not measured: "
-                          f"{'; '.join(missing)}")  # fmt: skip
-    elif missing:
-        verdict = Verdict(verdict.outcome, f"{verdict.reason}; goal cells not measured: "
-                          f"{'; '.join(missing)}")  # fmt: skip
+    if missing:
+        passed = verdict.outcome == PASS
+        head = "pass where measured" if passed else verdict.reason
+        outcome = INCONCLUSIVE if passed else verdict.outcome
+        verdict = Verdict(outcome, f"{head}; goal cells not measured: {'; '.join(missing)}")
     if not_run:
         verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
     return verdict
