@@ -382,3 +382,39 @@ def test_unseeded_tokens_are_not_judged(root):
     for config in run["configs"].values():
         config["seed"] = None
     assert _import(root, run)["outcome"] == "pass"
+
+
+def test_tokens_are_judged_only_in_rounds_that_ran_every_engine_compared(root):
+    # Another call's engines (another start) drew other tokens: not a difference of this run.
+    judged = synthetic_run({}, 0.002, control=True)
+    other = synthetic_run({}, 0.002, tokens={"patched/pen": "drift", "series/pen": "drift2"})
+    other["date"] = "2026-11-25T10:00:00+00:00"
+    (root / "0.22.0" / "penalties-ab-other.json").write_text(json.dumps(other))
+    record = _import(root, judged)
+    assert record["outcome"] == "pass", record["reason"]
+    shape = _pooled(record, "B=64 L=2048")
+    assert shape["patched penalized/plain (no top-k/top-p)"]["n"] == 16  # costs do pool
+    tokens = shape["tokens patched vs series (penalized, no top-k/top-p)"]
+    assert "identical in 9 round(s), series agreeing with its second engine" in tokens
+
+
+def test_a_run_of_another_series_with_the_same_code_pools_as_current(root):
+    from verify import registry
+    from verify.series import read_series
+
+    same = {p.subject: registry.diff_hash(p) for p in read_series("0.22.0")}
+    earlier = synthetic_run({"patched/pen": 0.99}, 0.002, n=4)
+    earlier |= {"series_hash": "0ld0ld0ld0", "date": "2026-11-24T09:00:00+00:00"}
+    (root / "0.22.0" / "penalties-ab-earlier.json").write_text(
+        json.dumps({**earlier, "patch_hashes": same})
+    )
+    record = _import(root, synthetic_run({"patched/pen": 0.99}, 0.002, n=4))
+    assert len(record["numbers"]["runs"]) == 2
+    assert _pooled(record, "B=64 L=2048")["patched penalized/plain (no top-k/top-p)"]["n"] == 8
+    changed = {**same, next(iter(same)): "0" * 12}  # a code change not in the history
+    (root / "0.22.0" / "penalties-ab-earlier.json").write_text(
+        json.dumps({**earlier, "patch_hashes": changed})
+    )
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    assert len(record["numbers"]["runs"]) == 1
+    assert record["numbers"]["runs_of_other_series_left_out"] == 1

@@ -42,12 +42,15 @@ entry's pins name a patch that exists, each step is well formed (tests/test_regi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import git
 
 from verify.errors import PatchbenchError
 from verify.paths import patches_root, repo_root
@@ -221,7 +224,9 @@ def validate(
 def diff_hash(patch: Patch, length: int = 12) -> str:
     """Content hash of what a patch does: its diff, without the commit message, the
     format-patch header and the trailing git version signature. Rewording a message keeps
-    the evidence fresh; any change to the code or tests the patch touches makes it stale."""
+    the evidence fresh; any change to the code or tests the patch touches makes it stale
+    (a change to its test files only is excused for steps that run none of them:
+    `tests_only_change`, `verify.results.staleness`)."""
     return diff_hash_text(patch.path.read_text(encoding="utf-8"), length)
 
 
@@ -231,6 +236,38 @@ def diff_hash_text(text: str, length: int = 12) -> str:
     diff = text[start + 1 :] if start >= 0 else text
     diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
     return hashlib.sha256(diff.encode()).hexdigest()[:length]
+
+
+def code_hash_text(text: str, length: int = 12) -> str:
+    """`diff_hash_text` of the files the diff changes outside ``tests/``: what a step that runs
+    none of the patch's own test files measured."""
+    start = text.find("\ndiff --git ")
+    diff = text[start + 1 :] if start >= 0 else text
+    diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
+    files = re.split(r"(?m)^(?=diff --git )", diff)
+    code = "".join(f for f in files if not f.startswith("diff --git a/tests/"))
+    return hashlib.sha256(code.encode()).hexdigest()[:length]
+
+
+@functools.cache
+def committed_forms(path: Path) -> tuple[tuple[str, str], ...]:
+    """(diff hash, code hash) of every committed version of the patch file `path`, newest
+    first; empty where the repository's history is not at hand."""
+    try:
+        repo = git.Repo(repo_root())
+        rel = path.resolve().relative_to(Path(repo.working_tree_dir).resolve()).as_posix()
+        revs = repo.git.rev_list("HEAD", "--", rel).split()
+        texts = [repo.git.show(f"{r}:{rel}", strip_newline_in_stdout=False) for r in revs]
+    except (git.GitError, ValueError, OSError):
+        return ()
+    return tuple((diff_hash_text(t), code_hash_text(t)) for t in texts)
+
+
+def tests_only_change(patch: Patch, recorded: str) -> bool:
+    """Whether the committed form of `patch` whose diff hash is `recorded` differs from the
+    patch as it is now only in files under ``tests/`` (its code the same)."""
+    code = code_hash_text(patch.path.read_text(encoding="utf-8"))
+    return any(d == recorded and c == code for d, c in committed_forms(patch.path))
 
 
 def harness_hash(paths: tuple[str, ...] | list[str], repo: Path | None = None) -> str:

@@ -17,9 +17,12 @@ Schema (``schema: 2``)::
 
 Staleness is per patch (`staleness`): the patch's diff changed, the harness changed, or the
 record was made from a tree that was not the stamped series. Why the diff and not the whole
-file: rewording a commit message does not change what was measured; any code or test change
-does. A record written through the older call (no ``patches``) is attributed through the
-registry's record names, with the current diff hashes when its series hash is current.
+file: rewording a commit message does not change what was measured; any code change does, and
+so does a change to the patch's own test files for the records of upstream-tests steps (the
+only steps that run them). A tests-only change is found in the repository's history: the
+committed form with the recorded diff hash has the same diff outside ``tests/`` as now. A
+record written through the older call (no ``patches``) is attributed through the registry's
+record names, with the current diff hashes when its series hash is current.
 """
 
 from __future__ import annotations
@@ -130,6 +133,24 @@ def patch_hashes(
     return out
 
 
+def _tests_only_change(
+    version: str,
+    step: str,
+    slug: str,
+    recorded: str,
+    patches_root: Path | None = None,
+    registry_root: Path | None = None,
+) -> bool:
+    """Whether patch `slug` changed since `recorded` only in its own test files, and record
+    `step` runs none of them (no upstream-tests step names it): its evidence is still current."""
+    if any(s.kind == "upstream-tests" for s in _steps_naming(version, step, registry_root)):
+        return False
+    entry = registry.load(registry_root).get(slug)
+    subject = entry.pins.get(version, "") if entry else ""
+    patch = next((p for p in read_series(version, patches_root) if p.subject == subject), None)
+    return patch is not None and registry.tests_only_change(patch, recorded)
+
+
 def harness_of(version: str, step: str, registry_root: Path | None = None) -> str:
     """Hash of every harness file the registry names for record `step` on `version`."""
     files = sorted({f for s in _steps_naming(version, step, registry_root) for f in s.harness})
@@ -188,7 +209,9 @@ def staleness(
     if recorded in (None, "unknown"):
         if record.get("series_hash") != series_hash(version, patches_root):
             return f"recorded for series {record.get('series_hash')} without per-patch hashes"
-    elif recorded != current:
+    elif recorded != current and not _tests_only_change(
+        version, step, slug, recorded, patches_root, registry_root
+    ):
         return f"patch changed (diff {recorded} -> {current})"
     harness = record.get("harness_hash")
     if harness and harness != harness_of(version, step, registry_root):

@@ -32,6 +32,7 @@ from verify import registry, stats
 from verify.ab import rounds as ab_rounds
 from verify.importer import gpu
 from verify.importer.gpu import _record
+from verify.series import read_series
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
 
 STEP = "e2e-gpu-penalty-cost"
@@ -148,20 +149,28 @@ def comparable(config: dict) -> bool:
 def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) -> Verdict:
     """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
     build (`control`): GPU engines of one build need not agree across starts, so without it the
-    comparison is reported, not judged."""
+    comparison is reported, not judged. Tokens are compared round by round, only in rounds that
+    ran every engine compared (a pool's other runs started other engines)."""
+    cells = [base, cell] + ([control] if control else [])
+    mine = [r for r in rounds if all(c in r.values for c in cells)]
 
-    def hashes(c: str) -> set:
-        return {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
+    def agree(a: str, b: str) -> bool:
+        return all(r.values[a]["token_ids_hash"] == r.values[b]["token_ids_hash"] for r in mine)
 
-    identical = hashes(base) == hashes(cell)
+    if not mine:
+        return Verdict(NOT_RUN, f"{what}: no round ran {' and '.join(cells)} together")
+    identical = agree(base, cell)
     if control is None:
         seen = "identical" if identical else "differ"
         return Verdict(
             NOT_RUN, f"{what}: {seen}; not judged (no second engine of the baseline's build)"
         )
-    return identity.judge(
-        identical, hashes(base) == hashes(control), what, baseline=base.split("/")[0]
-    )
+    build = base.split("/")[0]
+    verdict = identity.judge(identical, agree(base, control), what, baseline=build)
+    if verdict.outcome == PASS and not verdict.reason:
+        same = f"identical in {len(mine)} round(s), {build} agreeing with its second engine"
+        return Verdict(PASS, f"{what}: {same}")
+    return verdict
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
@@ -274,12 +283,30 @@ def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
     return (series, gpu_name, stage["batch"], stage["output_len"], stage["input_len"], configs)
 
 
-def pool_runs(runs: list[dict], current: str | None) -> tuple[list[Pool], list[dict], list[str]]:
-    """(pools, the current series' runs as listed in the record, shapes no run measured)."""
+def same_code(run: dict, newest: dict, version: str) -> bool:
+    """Whether `run` measured the code of the newest run: the same series, or every patch's
+    recorded diff the current one or a committed form that differed only in tests/."""
+    if run.get("series_hash") == newest.get("series_hash"):
+        return True
+    recorded = run.get("patch_hashes") or {}
+    patches = {p.subject: p for p in read_series(version)}
+    return (
+        bool(recorded)
+        and recorded.keys() == patches.keys()
+        and all(
+            h == registry.diff_hash(patches[s]) or registry.tests_only_change(patches[s], h)
+            for s, h in recorded.items()
+        )
+    )
+
+
+def pool_runs(runs: list[dict], version: str) -> tuple[list[Pool], list[dict], list[str]]:
+    """(pools, the runs of the newest run's code as listed in the record, shapes no run
+    measured)."""
     pools: dict[tuple, Pool] = {}
     entries, unmeasured = [], {}
     for run in runs:
-        earlier = run.get("series_hash") != current
+        earlier = not same_code(run, runs[-1], version)
         if earlier and not any(c.startswith("pristine/") for c in run["cells"]):
             continue
         done = ab_rounds.from_records(run["rounds"])
@@ -310,7 +337,7 @@ def penalty_cost(version: str) -> dict | None:
     if not runs:
         return None
     src = runs[-1]
-    pools, entries, not_run = pool_runs(runs, src.get("series_hash"))
+    pools, entries, not_run = pool_runs(runs, version)
     threshold = _threshold(version)
     parts, tables, key, covered = [], [], [KEY_HEADER], set()
     numbers: dict = {"runs": entries, "pooled": {}}
@@ -331,9 +358,7 @@ def penalty_cost(version: str) -> dict | None:
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
     numbers["goal_not_measured"] = missing
-    numbers["runs_of_other_series_left_out"] = sum(
-        r.get("series_hash") != src.get("series_hash") for r in runs
-    )
+    numbers["runs_of_other_series_left_out"] = sum(not same_code(r, src, version) for r in runs)
     verdict = _verdict(parts, not_run, missing)
     key_table = "\n".join(key) if len(key) > 1 else None
     return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
