@@ -220,6 +220,7 @@ def test_the_key_table_puts_each_builds_penalty_cost_side_by_side(root):
     assert _share(cells[4]) == pytest.approx(0.15, abs=0.005) and cells[4].endswith("n=8")
     assert _share(cells[5]) == pytest.approx(0.01, abs=0.005)
     assert float(cells[6].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
+    assert cells[7] == "H100 80GB HBM3: 2026-11-25T09:00"  # the GPU model the rounds ran on
 
 
 def _share(cell: str) -> float:

@@ -202,7 +202,7 @@ KEY_HEADER = (
     " n rounds. patched / series: penalized tok/s, paired rounds of one run. '-': not in the run"
     " (or, in a run of an earlier patch form, left out).\n\n"
     "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, "
-    "penalized | run |\n|---|---|---|---|---|---|---|---|"
+    "penalized | GPU: run(s) |\n|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -211,7 +211,9 @@ def key_rows(pool: Pool) -> list[str]:
     patched/series on penalized tok/s."""
     found = costs(pool.run, pool.stage, pool.rounds)
     cells = stage_cells(pool.run, pool.stage)
-    label = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
+    gpu_name = (pool.run.get("machine") or {}).get("gpu") or "GPU not recorded"
+    dates = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
+    label = f"{gpu_name.removeprefix('NVIDIA ')}: {dates}"
     label += " (earlier patch form: pristine only)" if pool.pristine_only else ""
     builds = ("pristine",) if pool.pristine_only else ("pristine", "series", "patched")
     rows = []
