@@ -230,21 +230,22 @@ def diff_hash(patch: Patch, length: int = 12) -> str:
     return diff_hash_text(patch.path.read_text(encoding="utf-8"), length)
 
 
-def diff_hash_text(text: str, length: int = 12) -> str:
-    """`diff_hash` of one format-patch text."""
+def _diff_of(text: str) -> str:
+    """A format-patch text's diff: no message, header or trailing git version signature."""
     start = text.find("\ndiff --git ")
     diff = text[start + 1 :] if start >= 0 else text
-    diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
-    return hashlib.sha256(diff.encode()).hexdigest()[:length]
+    return re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
+
+
+def diff_hash_text(text: str, length: int = 12) -> str:
+    """`diff_hash` of one format-patch text."""
+    return hashlib.sha256(_diff_of(text).encode()).hexdigest()[:length]
 
 
 def code_hash_text(text: str, length: int = 12) -> str:
     """`diff_hash_text` of the files the diff changes outside ``tests/``: what a step that runs
     none of the patch's own test files measured."""
-    start = text.find("\ndiff --git ")
-    diff = text[start + 1 :] if start >= 0 else text
-    diff = re.sub(r"\n-- \n[^\n]*\n*\Z", "\n", diff)
-    files = re.split(r"(?m)^(?=diff --git )", diff)
+    files = re.split(r"(?m)^(?=diff --git )", _diff_of(text))
     code = "".join(f for f in files if not f.startswith("diff --git a/tests/"))
     return hashlib.sha256(code.encode()).hexdigest()[:length]
 

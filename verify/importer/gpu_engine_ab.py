@@ -286,8 +286,9 @@ def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
 
 
 def same_code(run: dict, newest: dict, version: str) -> bool:
-    """Whether `run` measured the code of the newest run: the same series, or every patch's
-    recorded diff the current one or a committed form that differed only in tests/."""
+    """Whether `run` measured the code of `newest` (taken to be the current code): the same
+    series, or each patch's recorded diff the current one or a committed form of it that
+    differed only in tests/ (`registry.tests_only_change`)."""
     if run.get("series_hash") == newest.get("series_hash"):
         return True
     recorded = run.get("patch_hashes") or {}
