@@ -186,6 +186,32 @@ def test_patched_slower_than_the_series_fails(root):
     assert record["outcome"] == "fail" and "patched/series" in record["reason"]
 
 
+def test_the_engines_plain_difference_is_taken_out_of_the_penalized_comparison(root):
+    # The patched engine runs 6% faster on everything (plain is the same code in both builds:
+    # an engine difference), its penalties cost what the series' cost.
+    run = synthetic_run(
+        {"series/pen": 0.9, "patched/plain": 1.06, "patched/pen": 1.06 * 0.9}, noise=0.002
+    )
+    record = _import(root, run)
+    shape = _pooled(record, "B=64 L=2048")
+    assert shape["patched/series (penalized, no top-k/top-p)"]["ratio"] == pytest.approx(1.06, 0.01)
+    path = shape["patched/series (penalized over plain, no top-k/top-p)"]
+    assert path["ratio"] == pytest.approx(1.0, abs=0.005)
+    row = next(r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert float(cells[6].split()[0]) == pytest.approx(1.06, rel=0.01)
+    assert float(cells[7].split()[0]) == pytest.approx(1.0, abs=0.005)
+
+
+def test_a_slower_penalty_path_fails_though_the_patched_engine_is_faster(root):
+    # Penalized patched/series reads 1.06 x 0.96 = 1.018 (not slower on its own), but the same
+    # engines differ by 6% on plain requests: the penalty path itself is 4% slower.
+    effects = {"series/pen": 0.9, "patched/plain": 1.06, "patched/pen": 1.06 * 0.9 * 0.96}
+    record = _import(root, synthetic_run(effects, noise=0.002))
+    assert record["outcome"] == "fail"
+    assert "penalized over plain, no top-k/top-p patched/series" in record["reason"]
+
+
 def test_a_wide_interval_is_no_difference_resolved(root):
     record = _import(root, synthetic_run({"patched/pen": 0.99}, noise=0.05, n=3))
     assert record["outcome"] == "no difference resolved"
@@ -219,8 +245,9 @@ def test_the_key_table_puts_each_builds_penalty_cost_side_by_side(root):
     assert cells[2:4] == ["no top-k/top-p, seeded", "-"]  # no pristine engine in this run
     assert _share(cells[4]) == pytest.approx(0.15, abs=0.005) and cells[4].endswith("n=8")
     assert _share(cells[5]) == pytest.approx(0.01, abs=0.005)
-    assert float(cells[6].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
-    assert cells[7] == "H100 80GB HBM3: 2026-11-25T09:00"  # the GPU model the rounds ran on
+    assert float(cells[6].split()[0]) == pytest.approx(1.0, rel=0.01)  # plain: the A/A
+    assert float(cells[7].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
+    assert cells[8] == "H100 80GB HBM3: 2026-11-25T09:00"  # the GPU model the rounds ran on
 
 
 def _share(cell: str) -> float:
@@ -242,8 +269,8 @@ def test_an_earlier_series_run_lends_only_pristines_cost(root):
     assert len(rows) == 2
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert _share(cells[3]) == pytest.approx(0.45, abs=0.005)
-    assert cells[4:7] == ["-", "-", "-"]
-    assert cells[7].endswith("(earlier patch form: pristine only)")
+    assert cells[4:8] == ["-", "-", "-", "-"]
+    assert cells[8].endswith("(earlier patch form: pristine only)")
 
 
 def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):

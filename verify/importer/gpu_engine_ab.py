@@ -10,7 +10,12 @@ slower", the registry step's threshold, 2%):
 - patched's penalty cost: pass when the interval's lower bound of penalized/plain tok/s
   excludes a cost beyond the threshold; fail when a cost beyond it is resolved; else no
   difference resolved (the interval is too wide to tell);
-- patched against the series, every sampling: not slower, same three outcomes;
+- patched against the series, every sampling: not slower, same three outcomes. Plain requests
+  run the same code in both builds (0011's state holds no row when no request has a penalty),
+  so patched/series on plain is the two engines' A/A: it is judged (a plain-path regression
+  would fail it) and reported as the engines' difference. The penalized comparison is judged
+  with that difference taken out: patched's penalized/plain over the series' penalized/plain,
+  paired by round (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
 - tokens: patched identical to the series (and pristine) per config, judged only where the run
   has a second engine of the baseline's build (`series2`, `pristine2`) as the control
   (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
@@ -18,7 +23,8 @@ slower", the registry step's threshold, 2%):
 Shapes that a run did not reach are listed as not run with its reason.
 
 The record's key table (the PR report's) puts, per run, shape and sampling, pristine's, the
-series' and patched's penalty cost side by side. Pristine's cost is also taken from runs made
+series' and patched's penalty cost side by side, with patched/series on plain (the A/A) and on
+penalized over plain. Pristine's cost is also taken from runs made
 with an earlier form of the series: pristine runs the pin's sdist, whatever the series; the other
 variants of such runs are left out.
 """
@@ -127,10 +133,16 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
             if r is not None:
                 numbers[f"patched/{base} ({what})"] = r.as_dict()
                 rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
-                if base == "series":
+                if base == "series" and not pen:
                     parts.append(
                         not_slower(r, threshold, f"{shape} {what} tok/s", "patched/series")
                     )
+            path = penalty_path_ratio(rounds, cells, "series", topkp) if pen else None
+            if path is not None and base == "series":
+                label = f"penalized over plain, {_kind(topkp)}"
+                numbers[f"patched/series ({label})"] = path.as_dict()
+                rows.append(_cost_row(f"patched / series, {label}", path, cost=False))
+                parts.append(not_slower(path, threshold, f"{shape} {label}", "patched/series"))
             if comparable(run["configs"][cell.split("/", 1)[1]]):
                 control = cells.get((f"{base}2", pen, topkp))
                 verdict = _tokens(rounds, other, cell, control, f"{shape} {what} tokens vs {base}")
@@ -138,6 +150,25 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
                 if control:  # judged only against a second engine of the baseline's build
                     parts.append(verdict)
     return parts, numbers, rows
+
+
+def penalty_path_ratio(
+    rounds: list, cells: dict, base: str, topkp: bool, variant: str = "patched"
+) -> stats.Ratio | None:
+    """`variant`'s penalized/plain over `base`'s, paired by round: the penalized comparison with
+    the engines' difference on plain requests (the same code in both builds) taken out. None
+    unless some counted round measured all four cells."""
+    names = [cells.get((v, pen, topkp)) for v in (variant, base) for pen in (True, False)]
+    if not all(names):
+        return None
+    both = [r for r in rounds if not r.warmup and all(n in r.values for n in names)]
+    if not both:
+        return None
+    pen_v, plain_v, pen_b, plain_b = ([r.values[n]["tok_per_s"] for r in both] for n in names)
+    per_round = [
+        (pv / lv) / (pb / lb) for pv, lv, pb, lb in zip(pen_v, plain_v, pen_b, plain_b, strict=True)
+    ]
+    return stats.ratio_of_ratios(per_round)
 
 
 def comparable(config: dict) -> bool:
@@ -184,6 +215,10 @@ def _interval_text(r: stats.Ratio) -> str:
     return f"{r.ratio:.3f} {interval}"
 
 
+def _interval_cell(r: stats.Ratio | None) -> str:
+    return "-" if r is None else _interval_text(r)
+
+
 def _cost_text(r: stats.Ratio) -> str:
     """Penalty cost (1 - penalized/plain) with its interval, e.g. `2.5% [-0.1%, 5.0%]`."""
     text = f"{1 - r.ratio:.1%}"
@@ -199,16 +234,19 @@ def _cost_cell(r: stats.Ratio | None) -> str:
 
 KEY_HEADER = (
     "Penalty cost: 1 - penalized/plain output tok/s of one engine over the same rounds [95% CI],"
-    " n rounds. patched / series: penalized tok/s, paired rounds of one run. '-': not in the run"
+    " n rounds. patched / series, plain: tok/s of plain requests, the same code in both builds"
+    " (the engines' A/A). patched / series, penalized over plain: patched's penalized/plain over"
+    " the series', paired by round (the engines' difference taken out). '-': not in the run"
     " (or, in a run of an earlier patch form, left out).\n\n"
-    "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, "
-    "penalized | GPU: run(s) |\n|---|---|---|---|---|---|---|---|"
+    "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, plain "
+    "(A/A) | patched / series, penalized over plain | GPU: run(s) |\n"
+    "|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def key_rows(pool: Pool) -> list[str]:
-    """The key table's rows of one pool: each build's penalty cost side by side, and
-    patched/series on penalized tok/s."""
+    """The key table's rows of one pool: each build's penalty cost side by side, patched/series
+    on plain tok/s (the engines' A/A) and on penalized over plain."""
     found = costs(pool.run, pool.stage, pool.rounds)
     cells = stage_cells(pool.run, pool.stage)
     gpu_name = (pool.run.get("machine") or {}).get("gpu") or "GPU not recorded"
@@ -223,13 +261,14 @@ def key_rows(pool: Pool) -> list[str]:
         ran = {v for v, _, t in cells if t == topkp}
         cost = {b: "-" for b in ("pristine", "series", "patched")}
         cost |= {b: _cost_cell(found.get((b, topkp))) for b in builds if b in ran}
-        pen_s, pen_p = cells.get(("series", True, topkp)), cells.get(("patched", True, topkp))
-        both = pen_s and pen_p and not pool.pristine_only
-        vs = ratio(pool.rounds, pen_s, pen_p) if both else None
+        plain_s, plain_p = (cells.get((b, False, topkp)) for b in ("series", "patched"))
+        later = not pool.pristine_only
+        aa = ratio(pool.rounds, plain_s, plain_p) if later and plain_s and plain_p else None
+        path = penalty_path_ratio(pool.rounds, cells, "series", topkp) if later else None
         rows.append(
             f"| {pool.stage['batch']} | {pool.stage['output_len']} | {_kind(topkp)}, {pool.seeded} "
             f"| {cost['pristine']} | {cost['series']} | {cost['patched']} "
-            f"| {'-' if vs is None else _interval_text(vs)} | {label} |"
+            f"| {_interval_cell(aa)} | {_interval_cell(path)} | {label} |"
         )
     return rows
 
