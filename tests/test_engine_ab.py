@@ -187,7 +187,7 @@ def test_patched_slower_than_the_series_fails(root):
 
 
 def test_the_engines_plain_difference_is_taken_out_of_the_penalized_comparison(root):
-    # The patched engine runs 6% faster on everything (plain is the same code in both builds:
+    # The patched engine runs 6% faster on everything (plain is the same work in both builds:
     # an engine difference), its penalties cost what the series' cost.
     run = synthetic_run(
         {"series/pen": 0.9, "patched/plain": 1.06, "patched/pen": 1.06 * 0.9}, noise=0.002

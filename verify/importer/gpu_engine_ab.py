@@ -11,10 +11,10 @@ slower", the registry step's threshold, 2%):
   excludes a cost beyond the threshold; fail when a cost beyond it is resolved; else no
   difference resolved (the interval is too wide to tell);
 - patched against the series, every sampling: not slower, same three outcomes. Plain requests
-  run the same code in both builds (0011's state holds no row when no request has a penalty),
-  so patched/series on plain is the two engines' A/A: it is judged (a plain-path regression
-  would fail it) and reported as the engines' difference. The penalized comparison is judged
-  with that difference taken out: patched's penalized/plain over the series' penalized/plain,
+  do the same work in both builds (0011's state holds no row when no request has a penalty:
+  record_sampled returns after one host check per step), so patched/series on plain is the
+  two engines' A/A: it is judged (a plain-path regression would fail it) and reported as the
+  engines' difference. The penalized comparison is judged with that difference taken out: patched's penalized/plain over the series' penalized/plain,
   paired by round (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
 - tokens: patched identical to the series (and pristine) per config, judged only where the run
   has a second engine of the baseline's build (`series2`, `pristine2`) as the control
@@ -156,7 +156,7 @@ def penalty_path_ratio(
     rounds: list, cells: dict, base: str, topkp: bool, variant: str = "patched"
 ) -> stats.Ratio | None:
     """`variant`'s penalized/plain over `base`'s, paired by round: the penalized comparison with
-    the engines' difference on plain requests (the same code in both builds) taken out. None
+    the engines' difference on plain requests (the same work in both builds) taken out. None
     unless some counted round measured all four cells."""
     names = [cells.get((v, pen, topkp)) for v in (variant, base) for pen in (True, False)]
     if not all(names):
@@ -234,7 +234,7 @@ def _cost_cell(r: stats.Ratio | None) -> str:
 
 KEY_HEADER = (
     "Penalty cost: 1 - penalized/plain output tok/s of one engine over the same rounds [95% CI],"
-    " n rounds. patched / series, plain: tok/s of plain requests, the same code in both builds"
+    " n rounds. patched / series, plain: tok/s of plain requests, the same work in both builds"
     " (the engines' A/A). patched / series, penalized over plain: patched's penalized/plain over"
     " the series', paired by round (the engines' difference taken out). '-': not in the run"
     " (or, in a run of an earlier patch form, left out).\n\n"
