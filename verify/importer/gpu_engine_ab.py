@@ -14,8 +14,9 @@ slower", the registry step's threshold, 2%):
   do the same work in both builds (0011's state holds no row when no request has a penalty:
   record_sampled returns after one host check per step), so patched/series on plain is the
   two engines' A/A: it is judged (a plain-path regression would fail it) and reported as the
-  engines' difference. The penalized comparison is judged with that difference taken out: patched's penalized/plain over the series' penalized/plain,
-  paired by round (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
+  engines' difference. The penalized comparison is judged with that difference taken out:
+  patched's penalized/plain over the series' penalized/plain, paired by round
+  (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
 - tokens: patched identical to the series (and pristine) per config, judged only where the run
   has a second engine of the baseline's build (`series2`, `pristine2`) as the control
   (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
@@ -24,9 +25,9 @@ Shapes that a run did not reach are listed as not run with its reason.
 
 The record's key table (the PR report's) puts, per run, shape and sampling, pristine's, the
 series' and patched's penalty cost side by side, with patched/series on plain (the A/A) and on
-penalized over plain. Pristine's cost is also taken from runs made
-with an earlier form of the series: pristine runs the pin's sdist, whatever the series; the other
-variants of such runs are left out.
+penalized over plain. Pristine's cost is also taken from runs made with an earlier form of the
+series: pristine runs the pin's sdist, whatever the series; the other variants of such runs are
+left out.
 """
 
 from __future__ import annotations
@@ -123,6 +124,13 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
         if variant == "patched":
             what = f"{shape} {_kind(topkp)} tok/s"
             parts.append(not_slower(r, threshold, what, "penalized/plain"))
+    for topkp in (False, True):  # patched against the series, the engines' A/A taken out
+        path = penalty_path_ratio(rounds, cells, "series", topkp)
+        if path is not None:
+            label = f"penalized over plain, {_kind(topkp)}"
+            numbers[f"patched/series ({label})"] = path.as_dict()
+            rows.append(_cost_row(f"patched / series, {label}", path, cost=False))
+            parts.append(not_slower(path, threshold, f"{shape} {label}", "patched/series"))
     for base in BASELINES:
         for (variant, pen, topkp), cell in cells.items():
             other = cells.get((base, pen, topkp))
@@ -133,16 +141,10 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
             if r is not None:
                 numbers[f"patched/{base} ({what})"] = r.as_dict()
                 rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
-                if base == "series" and not pen:
+                if base == "series" and not pen:  # the A/A; penalized is judged above
                     parts.append(
                         not_slower(r, threshold, f"{shape} {what} tok/s", "patched/series")
                     )
-            path = penalty_path_ratio(rounds, cells, "series", topkp) if pen else None
-            if path is not None and base == "series":
-                label = f"penalized over plain, {_kind(topkp)}"
-                numbers[f"patched/series ({label})"] = path.as_dict()
-                rows.append(_cost_row(f"patched / series, {label}", path, cost=False))
-                parts.append(not_slower(path, threshold, f"{shape} {label}", "patched/series"))
             if comparable(run["configs"][cell.split("/", 1)[1]]):
                 control = cells.get((f"{base}2", pen, topkp))
                 verdict = _tokens(rounds, other, cell, control, f"{shape} {what} tokens vs {base}")
