@@ -393,16 +393,14 @@ def penalty_cost(version: str) -> dict | None:
         parts += got
         numbers["pooled"][pool.title] = nums
         tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
-        covered |= {
-            (pool.stage["batch"], pool.stage["output_len"], topkp)
-            for topkp in (False, True)
-            if f"patched penalized/plain ({_kind(topkp)})" in nums
-        }
+        found = costs(pool.run, pool.stage, pool.rounds)
+        shape = (pool.stage["batch"], pool.stage["output_len"])
+        covered |= {(*shape, topkp) for variant, topkp in found if variant == "patched"}
     missing = goal_missing(covered)
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
     numbers["goal_not_measured"] = missing
-    numbers["runs_of_other_series_left_out"] = sum(not same_code(r, src, version) for r in runs)
+    numbers["runs_of_other_series_left_out"] = len(runs) - len(entries)  # pool_runs: current
     verdict = _verdict(parts, not_run, missing)
     key_table = "\n".join(key) if len(key) > 1 else None
     return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
