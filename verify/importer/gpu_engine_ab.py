@@ -114,11 +114,13 @@ def costs(run: dict, stage: dict, rounds: list) -> dict[tuple[str, bool], stats.
     return out
 
 
-def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple[list, dict, list]:
-    """(verdict parts, numbers, table rows) of one measured stage."""
+def judge_stage(
+    run: dict, stage: dict, rounds: list, found: dict, threshold: float
+) -> tuple[list, dict, list]:
+    """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
     shape = shape_of(stage)
-    for (variant, topkp), r in costs(run, stage, rounds).items():
+    for (variant, topkp), r in found.items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
         rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
         if variant == "patched":
@@ -154,13 +156,11 @@ def judge_stage(run: dict, stage: dict, rounds: list, threshold: float) -> tuple
     return parts, numbers, rows
 
 
-def penalty_path_ratio(
-    rounds: list, cells: dict, base: str, topkp: bool, variant: str = "patched"
-) -> stats.Ratio | None:
-    """`variant`'s penalized/plain over `base`'s, paired by round: the penalized comparison with
+def penalty_path_ratio(rounds: list, cells: dict, base: str, topkp: bool) -> stats.Ratio | None:
+    """Patched's penalized/plain over `base`'s, paired by round: the penalized comparison with
     the engines' difference on plain requests (the same work in both builds) taken out. None
     unless some counted round measured all four cells."""
-    names = [cells.get((v, pen, topkp)) for v in (variant, base) for pen in (True, False)]
+    names = [cells.get((v, pen, topkp)) for v in ("patched", base) for pen in (True, False)]
     if not all(names):
         return None
     both = [r for r in rounds if not r.warmup and all(n in r.values for n in names)]
@@ -246,10 +246,9 @@ KEY_HEADER = (
 )
 
 
-def key_rows(pool: Pool) -> list[str]:
-    """The key table's rows of one pool: each build's penalty cost side by side, patched/series
-    on plain tok/s (the engines' A/A) and on penalized over plain."""
-    found = costs(pool.run, pool.stage, pool.rounds)
+def key_rows(pool: Pool, found: dict) -> list[str]:
+    """The key table's rows of one pool (`found`: its `costs`): each build's penalty cost side
+    by side, patched/series on plain tok/s (the engines' A/A) and on penalized over plain."""
     cells = stage_cells(pool.run, pool.stage)
     gpu_name = (pool.run.get("machine") or {}).get("gpu") or "GPU not recorded"
     dates = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
@@ -386,14 +385,14 @@ def penalty_cost(version: str) -> dict | None:
     parts, tables, key, covered = [], [], [KEY_HEADER], set()
     numbers: dict = {"runs": entries, "pooled": {}}
     for pool in pools:
-        key += key_rows(pool)
+        found = costs(pool.run, pool.stage, pool.rounds)
+        key += key_rows(pool, found)
         if pool.pristine_only:
             continue
-        got, nums, rows = judge_stage(pool.run, pool.stage, pool.rounds, threshold)
+        got, nums, rows = judge_stage(pool.run, pool.stage, pool.rounds, found, threshold)
         parts += got
         numbers["pooled"][pool.title] = nums
         tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
-        found = costs(pool.run, pool.stage, pool.rounds)
         shape = (pool.stage["batch"], pool.stage["output_len"])
         covered |= {(*shape, topkp) for variant, topkp in found if variant == "patched"}
     missing = goal_missing(covered)
