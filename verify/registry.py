@@ -50,8 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
-
 from verify.errors import PatchbenchError
 from verify.paths import patches_root, repo_root
 from verify.series import Patch, read_series
@@ -253,7 +251,10 @@ def code_hash_text(text: str, length: int = 12) -> str:
 @functools.cache
 def committed_forms(path: Path) -> tuple[tuple[str, str], ...]:
     """(diff hash, code hash) of every committed version of the patch file `path`, newest
-    first; empty where the repository's history is not at hand."""
+    first; empty where the repository's history is not at hand. (gitpython is imported
+    here: the GPU machine's scripts import this module and have no gitpython.)"""
+    import git
+
     try:
         repo = git.Repo(repo_root())
         rel = path.resolve().relative_to(Path(repo.working_tree_dir).resolve()).as_posix()
