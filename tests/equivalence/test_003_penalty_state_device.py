@@ -14,12 +14,18 @@ failure (`reset_row`, as `_update_states` calls it); after each step's sampling
 state), and its Triton kernel (the CUDA path) under the Triton interpreter against the dense
 path with the CUDA repetition op's arithmetic (as test_003_penalties_one_pass.py).
 
+The kernel touches only the ids a slot lists (the whole vocabulary for rows whose presence or
+frequency penalty is negative, -0.0 or not finite); its lists are kept by `record_sampled`
+(torch ops on CPU, one Triton kernel on CUDA: both are run here, the kernel interpreted).
+
 Checked bit for bit (int views) on randomized sequences, float32 and bfloat16; mutants of the
 state (a swap that forgets its counts, a counted placeholder, a resumption keeping stale
 counts, a counted discarded sample, a discard mask skipped when the runner's host flag is
-ignored, rows without a slot counted in slot 0 instead of the trash row) must make the same
-sequences fail (`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies
-one to every test, for counting failures by hand).
+ignored, rows without a slot counted in slot 0 instead of the trash row, a sampled id never
+listed, a rebuild that keeps a slot's old list, a kernel that walks only the listed ids of
+rows with a negative or -0.0 penalty) must make the same sequences fail
+(`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies one to every
+test, for counting failures by hand).
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ import numpy as np
 import pytest
 import torch
 
+try:  # a jit function needs triton.language among its globals (the kernel mutant's)
+    import triton.language as tl  # noqa: F401
+except ImportError:  # the kernel tests skip (see the one_pass fixture)
+    tl = None
+
 from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
     _custom_ops_once,
     _opaque_types_once,
@@ -45,7 +56,11 @@ from tests.equivalence.test_003_penalties_one_pass import (  # noqa: F401  (fixt
     one_pass,
 )
 
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
+pytestmark = [
+    pytest.mark.pins("0.22.0", "0.33.0"),
+    # The Triton interpreter warns (numpy) at every scalar it indexes with.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:triton.runtime.interpreter"),
+]
 
 VOCAB = 97
 MAX_MODEL_LEN = 512
@@ -121,6 +136,34 @@ def _mutant_trash(cls, mp):
     mp.setattr(cls, "_row_map", row_map)
 
 
+def _mutant_list_append(cls, mp):
+    """A sampled id seen for the first time is counted but never listed."""
+    original = cls.record_sampled
+
+    def record_sampled(self, *args, **kwargs):
+        lists = None if self.ids is None else (self.ids.clone(), self.num_ids.clone())
+        original(self, *args, **kwargs)
+        if lists is not None:
+            self.ids.copy_(lists[0])
+            self.num_ids.copy_(lists[1])
+
+    mp.setattr(cls, "record_sampled", record_sampled)
+
+
+def _mutant_list_rebuild(cls, mp):
+    """A rebuilt slot keeps the list of what it held before (a resumed request, or the
+    next owner of a freed slot)."""
+    original = cls._rebuild
+
+    def rebuild(self, pending):
+        lists = self.ids.clone(), self.num_ids.clone()
+        original(self, pending)
+        self.ids.copy_(lists[0])
+        self.num_ids.copy_(lists[1])
+
+    mp.setattr(cls, "_rebuild", rebuild)
+
+
 MUTANTS = {
     "swap": _mutant_swap,
     "placeholder": _mutant_placeholder,
@@ -128,7 +171,27 @@ MUTANTS = {
     "discard": _mutant_discard,
     "discard-any": _mutant_discard_any,
     "trash": _mutant_trash,
+    "list-append": _mutant_list_append,
+    "list-rebuild": _mutant_list_rebuild,
 }
+# Mutants only the kernel can see (the torch path reads the counts, not the lists), and
+# mutants of the kernel module itself (applied to the interpreted root's module).
+KERNEL_MUTANTS = {"list-append", "list-rebuild"}
+
+
+def _mutant_sparse_only(kernel_mod, mp):
+    """The kernel walks only the listed ids of every row, also where a negative or -0.0
+    penalty changes logits at ids with count 0 (-0.0 logits turn +0.0)."""
+    triton = importlib.import_module("triton")
+
+    @triton.jit
+    def nan_only(penalty):
+        return penalty != penalty
+
+    mp.setattr(kernel_mod, "_changes_zero_counts", nan_only)
+
+
+KERNEL_MODULE_MUTANTS = {"sparse-only": _mutant_sparse_only}
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +207,36 @@ def _env_mutant(request, monkeypatch):
         MUTANTS[name](state_mod.PenaltyState, monkeypatch)
 
 
+def _comparisons_typed_int1(mp: pytest.MonkeyPatch) -> None:
+    """Triton 3.9's interpreter types a comparison's result as its operands (int64 for
+    `slot >= 0`), so a scalar comparison splats to an int64 block and a mask built from it
+    is refused ("mask has unsupported dtype"); compiled Triton (and 3.6's interpreter)
+    types it int1. Retype comparison results as int1 (their data is already bool)."""
+    interpreter = importlib.import_module("triton.runtime.interpreter")
+    int1 = importlib.import_module("triton.language").int1
+    builder = interpreter.InterpreterBuilder
+
+    def typed_int1(original):
+        def compare(self, lhs, rhs):
+            result = original(self, lhs, rhs)
+            if result.data.dtype != np.bool_:
+                return result
+            return interpreter.TensorHandle(result.data, int1)
+
+        return compare
+
+    for name in [n for n in dir(builder) if n.startswith(("create_icmp", "create_fcmp"))]:
+        mp.setattr(builder, name, typed_int1(getattr(builder, name)))
+
+
 @pytest.fixture(scope="module")
 def kernel(one_pass):  # noqa: F811
     """The patched penalty_state module from one_pass's Triton-interpreter root."""
     with one_pass.root.active():
         mod = importlib.import_module("vllm.v1.sample.ops.penalty_state")
-    return SimpleNamespace(root=one_pass.root, mod=mod)
+    with pytest.MonkeyPatch.context() as mp:
+        _comparisons_typed_int1(mp)
+        yield SimpleNamespace(root=one_pass.root, mod=mod)
 
 
 # A persistent batch driven like GPUModelRunner drives it ---------------------------------
@@ -375,7 +462,12 @@ def test_random_batch_ops_match_pristine(mods, monkeypatch, seed, async_sched, d
     assert _run(mods, monkeypatch, seed, async_sched, 80, _torch_check(mods, dtype)) == 0
 
 
-def _kernel_check(mods, dense, kernel):  # noqa: F811
+# The kernel's tiles: its defaults, and tiles small enough that the lists and the vocabulary
+# here span several programs per row and several blocks per program.
+TILES = {"default": {}, "small": {"block_size": 8, "num_parts": 3}}
+
+
+def _kernel_check(mods, dense, kernel, tiles="default"):  # noqa: F811
     def check(runner, step):
         meta, prompt, histories, pens = runner.penalty_inputs()
         logits = _logits(step, len(histories), torch.float32)
@@ -386,34 +478,117 @@ def _kernel_check(mods, dense, kernel):  # noqa: F811
         state = meta.penalty_state
         state.flush()
         with kernel.root.active():
-            got = kernel.mod.PenaltyState._apply_one_pass(state, logits.clone(), *pens)
+            got = kernel.mod.PenaltyState._apply_one_pass(
+                state, logits.clone(), *pens, **TILES[tiles]
+            )
         return torch.equal(_bits(got), _bits(ref))
 
     return check
 
 
+def _record_with_kernel(state_mod, kernel, monkeypatch):
+    """record_sampled through the CUDA path's Triton kernel (interpreted) on the CPU state."""
+    original = state_mod.PenaltyState.record_sampled
+
+    def record_sampled(self, sampled, discard_mask, num_reqs, any_discarded=True):
+        if self.num_active == 0 or num_reqs == 0:
+            return original(self, sampled, discard_mask, num_reqs, any_discarded)
+        self.flush()
+        with kernel.root.active():
+            kernel.mod.PenaltyState._record_kernel(self, sampled, discard_mask, num_reqs)
+
+    monkeypatch.setattr(state_mod.PenaltyState, "record_sampled", record_sampled)
+
+
+def _fails(mods, monkeypatch, seed, async_sched, steps, check) -> bool:  # noqa: F811
+    """Whether a sequence fails under a mutant: a step mismatches, or the mutated state
+    breaks (e.g. an index out of range)."""
+    try:
+        return _run(mods, monkeypatch, seed, async_sched, steps, check) > 0
+    except (IndexError, RuntimeError):
+        return True
+
+
+def _kernel_failures(mods, dense, kernel, monkeypatch, seeds) -> int:  # noqa: F811
+    check = _kernel_check(mods, dense, kernel, "small")
+    return sum(
+        _fails(mods, monkeypatch, 100 + seed, async_sched, 40, check)
+        for seed in seeds
+        for async_sched in (False, True)
+    )
+
+
+@pytest.mark.parametrize("record", ["torch", "kernel"])
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("seed", range(3))
-def test_kernel_matches_dense_cuda_arithmetic(mods, dense, kernel, monkeypatch, seed, async_sched):  # noqa: F811
+# The default tiles run one seed: with this vocabulary most of their programs are empty,
+# which the interpreter still walks one by one.
+@pytest.mark.parametrize("seed,tiles", [(0, "default"), (0, "small"), (1, "small"), (2, "small")])
+def test_kernel_matches_dense_cuda_arithmetic(
+    mods,  # noqa: F811
+    dense,  # noqa: F811
+    kernel,
+    state_mod,
+    monkeypatch,
+    seed,
+    async_sched,
+    record,
+    tiles,
+):
     """The CUDA path (Triton kernel, interpreted) vs upstream's dense path with the CUDA
-    repetition op's arithmetic, on the same sequences."""
-    check = _kernel_check(mods, dense, kernel)
+    repetition op's arithmetic, on the same sequences; the slots' lists kept by the torch
+    ops or by the CUDA path's record kernel."""
+    if record == "kernel":
+        _record_with_kernel(state_mod, kernel, monkeypatch)
+    check = _kernel_check(mods, dense, kernel, tiles)
     assert _run(mods, monkeypatch, 100 + seed, async_sched, 40, check) == 0
 
 
+def test_record_kernel_keeps_the_torch_state(mods, kernel, state_mod, monkeypatch):  # noqa: F811
+    """Counts and lists after one randomized sequence: the record kernel's equal the torch
+    ops' (lists in arrival order)."""
+
+    def final_state():
+        runner = Runner(mods, random.Random(7), True, monkeypatch)
+        for _ in range(40):
+            runner.schedule()
+            if runner.ib.num_reqs:
+                runner.sample()
+        st = runner.ib.penalty_state
+        used = st.num_ids[: st.state.shape[0]].clone()
+        lists = [st.ids[k, : int(n)].tolist() for k, n in enumerate(used)]
+        return st.state.clone(), used, lists
+
+    by_torch = final_state()
+    _record_with_kernel(state_mod, kernel, monkeypatch)
+    by_kernel = final_state()
+    assert torch.equal(by_kernel[0], by_torch[0]) and torch.equal(by_kernel[1], by_torch[1])
+    assert by_kernel[2] == by_torch[2] and sum(map(len, by_kernel[2])) > 0
+
+
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_mutant_is_detected(mods, state_mod, monkeypatch, mutant):  # noqa: F811
-    """Each mutant of the state makes some of the randomized sequences above fail."""
+def test_mutant_is_detected(mods, dense, kernel, state_mod, monkeypatch, mutant):  # noqa: F811
+    """Each mutant of the state makes some of the randomized sequences above fail (the
+    list mutants those of the kernel, the others those of the torch path)."""
     if os.environ.get(MUTANT_ENV):
         pytest.skip(f"{MUTANT_ENV} already applies a mutant")
     MUTANTS[mutant](state_mod.PenaltyState, monkeypatch)
+    if mutant in KERNEL_MUTANTS:
+        assert _kernel_failures(mods, dense, kernel, monkeypatch, range(3)) > 0
+        return
     check = _torch_check(mods, torch.float32)
     failing = sum(
-        _run(mods, monkeypatch, seed, async_sched, 80, check) > 0
+        _fails(mods, monkeypatch, seed, async_sched, 80, check)
         for seed in range(6)
         for async_sched in (False, True)
     )
     assert failing > 0
+
+
+@pytest.mark.parametrize("mutant", sorted(KERNEL_MODULE_MUTANTS))
+def test_kernel_mutant_is_detected(mods, dense, kernel, monkeypatch, mutant):  # noqa: F811
+    """A mutant of the kernel module makes some of the kernel's sequences fail."""
+    KERNEL_MODULE_MUTANTS[mutant](kernel.mod, monkeypatch)
+    assert _kernel_failures(mods, dense, kernel, monkeypatch, range(3)) > 0
 
 
 def test_slots_only_for_penalty_requests_and_reused(mods, monkeypatch):  # noqa: F811
