@@ -136,32 +136,29 @@ def _mutant_trash(cls, mp):
     mp.setattr(cls, "_row_map", row_map)
 
 
-def _mutant_list_append(cls, mp):
-    """A sampled id seen for the first time is counted but never listed."""
-    original = cls.record_sampled
+def _lists_kept_through(cls, mp, method: str):
+    """`cls.<method>` leaves the slots' lists (`ids`, `num_ids`) as they were before it."""
+    original = getattr(cls, method)
 
-    def record_sampled(self, *args, **kwargs):
+    def keeping_lists(self, *args, **kwargs):
         lists = None if self.ids is None else (self.ids.clone(), self.num_ids.clone())
         original(self, *args, **kwargs)
         if lists is not None:
             self.ids.copy_(lists[0])
             self.num_ids.copy_(lists[1])
 
-    mp.setattr(cls, "record_sampled", record_sampled)
+    mp.setattr(cls, method, keeping_lists)
+
+
+def _mutant_list_append(cls, mp):
+    """A sampled id seen for the first time is counted but never listed."""
+    _lists_kept_through(cls, mp, "record_sampled")
 
 
 def _mutant_list_rebuild(cls, mp):
     """A rebuilt slot keeps the list of what it held before (a resumed request, or the
     next owner of a freed slot)."""
-    original = cls._rebuild
-
-    def rebuild(self, pending):
-        lists = self.ids.clone(), self.num_ids.clone()
-        original(self, pending)
-        self.ids.copy_(lists[0])
-        self.num_ids.copy_(lists[1])
-
-    mp.setattr(cls, "_rebuild", rebuild)
+    _lists_kept_through(cls, mp, "_rebuild")
 
 
 MUTANTS = {
@@ -487,17 +484,14 @@ def _kernel_check(mods, dense, kernel, tiles="default"):  # noqa: F811
 
 
 def _record_with_kernel(state_mod, kernel, monkeypatch):
-    """record_sampled through the CUDA path's Triton kernel (interpreted) on the CPU state."""
-    original = state_mod.PenaltyState.record_sampled
+    """record_sampled on the CPU state dispatches to the CUDA path's Triton kernel
+    (interpreted) instead of its torch ops."""
 
-    def record_sampled(self, sampled, discard_mask, num_reqs, any_discarded=True):
-        if self.num_active == 0 or num_reqs == 0:
-            return original(self, sampled, discard_mask, num_reqs, any_discarded)
-        self.flush()
+    def record_kernel(self, sampled, discard_mask, num_reqs, any_discarded):
         with kernel.root.active():
             kernel.mod.PenaltyState._record_kernel(self, sampled, discard_mask, num_reqs)
 
-    monkeypatch.setattr(state_mod.PenaltyState, "record_sampled", record_sampled)
+    monkeypatch.setattr(state_mod.PenaltyState, "_record_torch", record_kernel)
 
 
 def _fails(mods, monkeypatch, seed, async_sched, steps, check) -> bool:  # noqa: F811
@@ -509,13 +503,19 @@ def _fails(mods, monkeypatch, seed, async_sched, steps, check) -> bool:  # noqa:
         return True
 
 
-def _kernel_failures(mods, dense, kernel, monkeypatch, seeds) -> int:  # noqa: F811
-    check = _kernel_check(mods, dense, kernel, "small")
+def _failing_sequences(mods, monkeypatch, check, seeds, steps) -> int:  # noqa: F811
+    """How many of the sequences (each seed, sync and async) fail under a mutant."""
     return sum(
-        _fails(mods, monkeypatch, 100 + seed, async_sched, 40, check)
+        _fails(mods, monkeypatch, seed, async_sched, steps, check)
         for seed in seeds
         for async_sched in (False, True)
     )
+
+
+def _kernel_failures(mods, dense, kernel, monkeypatch) -> int:  # noqa: F811
+    """Failing sequences of the kernel test's seeds (small tiles)."""
+    check = _kernel_check(mods, dense, kernel, "small")
+    return _failing_sequences(mods, monkeypatch, check, range(100, 103), 40)
 
 
 @pytest.mark.parametrize("record", ["torch", "kernel"])
@@ -573,22 +573,17 @@ def test_mutant_is_detected(mods, dense, kernel, state_mod, monkeypatch, mutant)
         pytest.skip(f"{MUTANT_ENV} already applies a mutant")
     MUTANTS[mutant](state_mod.PenaltyState, monkeypatch)
     if mutant in KERNEL_MUTANTS:
-        assert _kernel_failures(mods, dense, kernel, monkeypatch, range(3)) > 0
+        assert _kernel_failures(mods, dense, kernel, monkeypatch) > 0
         return
     check = _torch_check(mods, torch.float32)
-    failing = sum(
-        _fails(mods, monkeypatch, seed, async_sched, 80, check)
-        for seed in range(6)
-        for async_sched in (False, True)
-    )
-    assert failing > 0
+    assert _failing_sequences(mods, monkeypatch, check, range(6), 80) > 0
 
 
 @pytest.mark.parametrize("mutant", sorted(KERNEL_MODULE_MUTANTS))
 def test_kernel_mutant_is_detected(mods, dense, kernel, monkeypatch, mutant):  # noqa: F811
     """A mutant of the kernel module makes some of the kernel's sequences fail."""
     KERNEL_MODULE_MUTANTS[mutant](kernel.mod, monkeypatch)
-    assert _kernel_failures(mods, dense, kernel, monkeypatch, range(3)) > 0
+    assert _kernel_failures(mods, dense, kernel, monkeypatch) > 0
 
 
 def test_slots_only_for_penalty_requests_and_reused(mods, monkeypatch):  # noqa: F811
