@@ -163,6 +163,15 @@ def test_each_step_states_its_own_outcome(built):
     assert "| Upstream tests | CPU | pass (stale) | stale: patch changed" in text
 
 
+def test_a_gpu_step_without_a_record_says_why_it_is_not_run(monkeypatch):
+    step = registry.Step("e2e", "Cost A/B (GPU)", "cuda", "performance", ("x",), "-", note="n")
+    cpu_step = registry.Step("e2e", "Cost A/B (CPU)", "cpu", "performance", ("x",), "-")
+    monkeypatch.setattr(report.versions, "GPU_NOT_RUNNABLE", {"9.9.0": "needs torch 9"})
+    assert report.why_not_run(step, "9.9.0") == "needs torch 9; n"
+    assert report.why_not_run(step, "9.8.0") == "no record of this step on this pin; n"
+    assert report.why_not_run(cpu_step, "9.9.0") == "no record of this step on this pin"
+
+
 def test_test_plan_has_upstream_commands_apart_from_ours(built):
     _, text = built
     plan = text[text.index("## Test Plan") : text.index("## Test Result")]

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import paths, registry, verdicts
+from verify import paths, registry, verdicts, versions
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
@@ -156,6 +156,13 @@ def _structured(numbers: dict[str, Any], width: int = 400) -> list[str]:
     return out
 
 
+def why_not_run(step: registry.Step, version: str) -> str:
+    """A step without a record: why it is not run (the pin's reason where the GPU machine cannot
+    run it, else that no record exists), then the step's note."""
+    why = versions.GPU_NOT_RUNNABLE.get(version) if step.device == "cuda" else None
+    return "; ".join(filter(None, (why or "no record of this step on this pin", step.note)))
+
+
 class PatchEvidence:
     """One patch's steps on one pin with their records and states."""
 
@@ -179,7 +186,7 @@ class PatchEvidence:
         if step.not_applicable:
             return verdicts.NOT_APPLICABLE, step.not_applicable
         if not records:
-            return verdicts.NOT_RUN, step.note or "no record of this step on this pin"
+            return verdicts.NOT_RUN, why_not_run(step, self.version)
         slug = self.entry.slug
         stale = [
             results_mod.staleness(r, slug, self.version, patches_root, registry_root)

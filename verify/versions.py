@@ -10,6 +10,15 @@ PINNED: tuple[str, ...] = ("0.16.0", "0.18.1", "0.22.0", "0.33.0")
 #: The seed series' main pin.
 MAIN: str = "0.22.0"
 
+#: Pins whose GPU steps cannot run on the lent GPU machine, and why: the `not run` reason a
+#: report gives for a GPU step without a record on that pin.
+GPU_NOT_RUNNABLE: dict[str, str] = {
+    "0.33.0": (
+        "vLLM 0.33.0 requires torch==2.14.0; the lent GPU machine has torch 2.11.0 and a run takes "
+        "at most 64 MiB along (`make-bundle.py 0.33.0` packs 175.8 MiB without torch)"
+    ),
+}
+
 
 def version_key(version: str) -> tuple[int, ...]:
     """Numeric sort key for a plain `X.Y.Z` release string."""
