@@ -178,6 +178,16 @@ def entry_for(patch: Patch, version: str, entries: dict[str, Entry] | None = Non
     return found[0] if found else None
 
 
+def record_threshold(version: str, record: str, default: float) -> float:
+    """The noise threshold of the registry step on `version` that names record step `record`
+    (`default` where no step names it)."""
+    for entry in load().values():
+        for step in entry.steps_on(version):
+            if record in step.records:
+                return step.threshold
+    return default
+
+
 def patches_for_record(
     version: str, step: str, entries: dict[str, Entry] | None = None
 ) -> list[str]:

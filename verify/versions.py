@@ -15,7 +15,8 @@ MAIN: str = "0.22.0"
 GPU_NOT_RUNNABLE: dict[str, str] = {
     "0.33.0": (
         "vLLM 0.33.0 requires torch==2.14.0; the lent GPU machine has torch 2.11.0 and a run takes "
-        "at most 64 MiB along (`make-bundle.py 0.33.0` packs 175.8 MiB without torch)"
+        "at most 64 MiB along (`make-bundle.py 0.33.0` packs 175.8 MiB without torch); a kernel "
+        "bench that loads only the patch's file needs no vLLM and could run, none has"
     ),
 }
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verify import results
-from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution
+from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution, gpu_state_length
 from verify.versions import PINNED
 
 
@@ -27,7 +27,11 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
         written.append(("cpu", results.write(record, "cpu", record["step"]), record))
     for path in markers:
         path.unlink()
-    engine = [*gpu_engine_ab.records(version), *gpu_engine_resolution.records(version)]
+    engine = [
+        *gpu_engine_ab.records(version),
+        *gpu_engine_resolution.records(version),
+        *gpu_state_length.records(version),
+    ]
     for record in [*gpu.records(version), *engine]:
         written.append(("gpu", results.write(record, "gpu", record["step"]), record))
     return written

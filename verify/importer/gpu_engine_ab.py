@@ -433,11 +433,7 @@ def _verdict(parts: list[Verdict], not_run: list[str], missing: list[str]) -> Ve
 
 def _threshold(version: str) -> float:
     """The registry step's noise threshold for STEP (2% unless the entry says otherwise)."""
-    for entry in registry.load().values():
-        for step in entry.steps_on(version):
-            if STEP in step.records:
-                return step.threshold
-    return 0.02
+    return registry.record_threshold(version, STEP, 0.02)
 
 
 def records(version: str) -> list[dict]:

@@ -1,0 +1,77 @@
+"""Issue 22's host-time goal for 0011's penalty kernel: host time per call must not grow with
+the output length L (scripts/gpu_penalty_state_length_bench.py; each length a "variant" of one
+shape, timed side by side, the shortest the baseline).
+
+    micro-penalty-state-length.json -> microbench-gpu-003-state-length
+
+Per shape, the longest length's host time over the shortest's (paired rounds, verify.stats) is
+judged `not slower` against the registry step's threshold (verify.verdicts.performance). GPU
+and eager time are shown per length, never judged: the kernel walks each row's listed ids, so
+they grow with L by design.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from verify import registry, results, stats
+from verify.importer.gpu import DEVICE_NOTE, _load, kernel_rows, variant_is_current
+from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, performance
+
+STEP = "microbench-gpu-003-state-length"
+STATE_FILES = ("vllm/v1/sample/ops/penalty_state.py",)
+
+
+def judge_lengths(rows: list[dict], threshold: float) -> tuple[Verdict, dict]:
+    """(verdict, numbers): per shape, host time at the longest L over the shortest."""
+    parts, numbers = [], {}
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        mine = [r for r in rows if r["shape"] == shape]
+        base = next((r for r in mine if r["variant"] == r["baseline"]), None)
+        longest = max(mine, key=lambda r: int(r["variant"].removeprefix("L=")))
+        if base is None or longest is base:
+            parts.append(Verdict(INCONCLUSIVE, f"{shape}: fewer than two lengths"))
+            continue
+        ratio = stats.paired_ratio(base["host_us"], longest["host_us"])
+        pair = f"{longest['variant']}/{base['variant']}"
+        verdict = performance.judge(
+            ratio, threshold, claim="not slower", what=f"{shape}: host per call", pair=pair
+        )
+        parts.append(verdict)
+        numbers[f"{shape}: host {pair}"] = ratio.as_dict()
+    if not parts:
+        return Verdict(NOT_RUN, "no length rows in the run"), numbers
+    return combine(parts), numbers
+
+
+def table(rows: list[dict]) -> str:
+    """Median µs per shape and length: graph / eager (L2 flushed) / host per call."""
+    lines = ["| shape | L | graph µs | eager µs | host µs |", "|---|---|---|---|---|"]
+    for r in rows:
+        med = [f"{statistics.median(r[k]):.1f}" for k in ("graph_us", "eager_us", "host_us")]
+        lines.append(f"| {r['shape']} | {r['variant'].removeprefix('L=')} | {' | '.join(med)} |")
+    return "\n".join(lines)
+
+
+def micro_003_state_length(version: str) -> dict | None:
+    """The record of the length run of `version`, or None without one."""
+    data = _load(version, "micro-penalty-state-length")
+    if not data or not data.get("timed"):
+        return None
+    rows, machine, command, date = kernel_rows(data)
+    verdict, numbers = judge_lengths(rows, registry.record_threshold(version, STEP, 0.05))
+    numbers["ratios"] = "host time at the longest L / the shortest; below 1 is faster"
+    record = results.make(
+        STEP, "003", version, verdict.outcome, numbers, reason=verdict.reason,
+        command=f"{command}  {DEVICE_NOTE}", tables=[table(rows)], machine=machine, date=date,
+        patches=["penalty-state-device"],
+    )  # fmt: skip
+    (name,) = data["variants"]
+    current = variant_is_current(data, name, version, STATE_FILES)
+    results.restamp(record, results.series_hash(version) if current else "unknown")
+    return record
+
+
+def records(version: str) -> list[dict]:
+    made = [micro_003_state_length(version)]
+    return [r for r in made if r]
