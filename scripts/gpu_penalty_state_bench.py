@@ -170,6 +170,26 @@ def build(case: dict, classes, device):
                       case["dense"])  # fmt: skip
 
 
+def write_run(out: Path, kind: str, specs: list[str], rows: list, timed: bool, machine: dict):
+    """Write the run's JSON to `out`: provenance, each NAME=FILE spec's path and sha256 (the
+    importer matches it with the build tree's file), and the rows."""
+    result = {
+        "kind": kind,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv),
+        "machine": machine,
+        "vocab": VOCAB,
+        "timed": timed,
+        "variants": {
+            name: {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+            for name, _, path in (spec.partition("=") for spec in specs)
+        },
+        "rows": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variant", action="append", required=True, help="NAME=penalty_state.py")
@@ -207,21 +227,8 @@ def main(argv=None) -> int:
         medians = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in timings.items()}
         print(f"[{time.time() - t0:5.0f}s] {case_label(case)}: {json.dumps(medians)}", flush=True)
         del fns
-    result = {
-        "kind": "penalty-state-micro",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(sys.argv),
-        "machine": kb.machine() if device.type == "cuda" else {"device": "cpu"},
-        "vocab": VOCAB,
-        "timed": timed,
-        "variants": {
-            name: {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
-            for name, _, path in (v.partition("=") for v in args.variant)
-        },
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    machine = kb.machine() if device.type == "cuda" else {"device": "cpu"}
+    write_run(args.out, "penalty-state-micro", args.variant, rows, timed, machine)
     return 0
 
 

@@ -15,7 +15,6 @@ host_us} with per-round medians, as in verify/verdicts/kernel.py (outputs differ
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -70,21 +69,7 @@ def main(argv=None) -> int:
         medians = {v: {k: statistics.median(x) for k, x in t.items()} for v, t in timings.items()}
         print(f"[{time.time() - t0:5.0f}s] {shape}: {json.dumps(medians)}", flush=True)
         del fns
-    path = args.source.partition("=")[2]
-    result = {
-        "kind": "penalty-state-length",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(sys.argv),
-        "machine": kb.machine(),
-        "vocab": psb.VOCAB,
-        "timed": True,
-        "variants": {
-            name: {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
-        },  # fmt: skip
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    psb.write_run(args.out, "penalty-state-length", [args.source], rows, True, kb.machine())
     return 0
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 import statistics
 
 from verify import registry, results, stats
-from verify.importer.gpu import DEVICE_NOTE, _load, kernel_rows, variant_is_current
+from verify.importer.gpu import DEVICE_NOTE, STATE_FILES, _load, kernel_rows, variant_is_current
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, performance
 
 STEP = "microbench-gpu-003-state-length"
-STATE_FILES = ("vllm/v1/sample/ops/penalty_state.py",)
 
 
 def judge_lengths(rows: list[dict], threshold: float) -> tuple[Verdict, dict]:
