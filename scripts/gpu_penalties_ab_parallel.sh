@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 22's penalty-cost A/B on every GPU of a multi-GPU machine (nvidia-h100-x4 ...) in one
+# device call: job i is one `gpu_penalties_ab.sh` run alone on GPU i (CUDA_VISIBLE_DEVICES=i),
+# pinned to its equal share of the CPU cores, with its own compile cache. Each job is
+# "TAG KNOB=VALUE ..." with gpu_penalties_ab.sh's knobs; the record names the job's GPU and
+# cores (PB_PARALLEL). The model and the patched site are built once, before any job starts.
+# Records -> $OUT/gpu/<TAG>.json; the jobs' output and engine log tails ->
+# $OUT/gpu/logs-<first TAG>.tgz (a device call returns at most 8 files).
+#   bash scripts/gpu_penalties_ab_parallel.sh "b32-x PB_SHAPES=32x2048 PB_SEEDED=0" ...
+set -uo pipefail
+(($#)) || { echo "usage: gpu_penalties_ab_parallel.sh 'TAG KNOB=VALUE ...' ..."; exit 2; }
+test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+gpus=$(nvidia-smi -L | wc -l)
+(($# <= gpus)) || { echo "$# jobs for $gpus GPUs"; exit 2; }
+OUT=${OUT:-/tmp/pb-out}
+logs=/root/pb-ab/parallel && rm -rf "$logs" && mkdir -p "$logs" "$OUT/gpu"
+sites=patched && [[ "$*" == *PB_SERIES=at-0010* ]] && sites="patched at-0010"
+PYTHONPATH=/tmp/vllm-bundle/site python3 - "$PWD/.gpu/overlay/${PB_PIN:-0.22.0}" $sites <<'PY' || exit 4
+import sys; from pathlib import Path
+from verify.gpu import device
+device.build_model()
+device.build_sites(Path(sys.argv[1]), set(sys.argv[2:]))
+PY
+per=$(($(nproc) / gpus)) && pin=$(command -v taskset || true)
+i=0 && pids=() && tags=()
+for job in "$@"; do
+  read -r tag knobs <<<"$job"
+  cpus="$((i * per))-$(((i + 1) * per - 1))"
+  note="GPU $i of $gpus, CPUs $cpus${pin:+ (taskset)}, beside $(($# - 1)) other jobs"
+  (  # the knobs as a shell would read them: PB_SAMPLING='plain pen plain-topkp pen-topkp'
+    eval "export $knobs" && export CUDA_VISIBLE_DEVICES=$i PB_PARALLEL="$note" \
+      PB_CACHE_ROOT=/tmp/pb-vllm-cache/gpu$i OUT="$logs/$tag"
+    exec ${pin:+$pin -c $cpus} bash scripts/gpu_penalties_ab.sh "$tag"
+  ) >"$logs/$tag.out" 2>&1 &
+  pids+=($!) && tags+=("$tag") && i=$((i + 1))
+  echo "job $tag: $note, knobs: $knobs"
+done
+rc=0
+for k in "${!pids[@]}"; do
+  wait "${pids[$k]}"; job_rc=$?
+  echo "job ${tags[$k]}: rc $job_rc; $(tail -n 1 "$logs/${tags[$k]}.out")"
+  ((job_rc == 0)) || rc=1
+  cp "$logs/${tags[$k]}/gpu/${tags[$k]}.json" "$OUT/gpu/" 2>/dev/null
+done
+tar -C "$logs" -czf "$OUT/gpu/logs-${tags[0]}.tgz" .
+exit $rc
