@@ -22,7 +22,7 @@ from verify.ab.__main__ import (
     plan_stages,
     stage_results,
 )
-from verify.ab.engines import Engine, EngineError
+from verify.ab.engines import Engine, EngineError, step_stats, timed_generate
 from verify.gpu import penalty_plan
 from verify.importer import gpu_engine_ab
 
@@ -446,3 +446,94 @@ def test_a_run_of_another_series_with_the_same_code_pools_as_current(root):
     record = gpu_engine_ab.penalty_cost("0.22.0")
     assert len(record["numbers"]["runs"]) == 1
     assert record["numbers"]["runs_of_other_series_left_out"] == 1
+
+
+# --- engine-step intervals (verify.ab.engines.step_stats): a diagnostic beside tok/s ---------
+
+
+def _stamps(step_s: float, steps: int, batch: int = 64, stall_at: int = -1, stall_s: float = 0):
+    """Engine-core output batches: one per step, `batch` outputs each, a stall before one."""
+    t, out = 100.0, []
+    for i in range(steps + 1):
+        t += step_s + (stall_s if i == stall_at else 0)
+        out.append((t, batch))
+    return out
+
+
+def test_step_stats_separate_per_step_work_from_a_stall():
+    stamps = _stamps(0.005, 200, stall_at=50, stall_s=0.5)
+    stamps.insert(10, (stamps[9][0] + 0.001, 0))  # a batch without request outputs: no step
+    got = step_stats(stamps)
+    assert got["steps"] == 200
+    assert got["median_step_ms"] == pytest.approx(5.0)
+    assert got["max_step_ms"] == pytest.approx(505.0)
+    assert got["slow_share"] == pytest.approx(0.505 / (200 * 0.005 + 0.5))
+    assert got["median_tok_per_s"] == pytest.approx(64 / 0.005)
+    assert got["mean_step_ms"] > got["median_step_ms"]  # tok/s sees the stall, the median not
+
+
+def test_step_stats_say_when_there_is_nothing_to_time():
+    assert "unavailable" in step_stats([(1.0, 64), (1.1, 64)])
+    assert "unavailable" in step_stats([(1.0, 64), (0.9, 64), (0.8, 64)])
+
+
+class _Core:
+    def __init__(self, stamps):
+        self.stamps = list(stamps)
+
+    def get_output(self):
+        t, n = self.stamps.pop(0)
+        return SimpleNamespace(timestamp=t, outputs=[0] * n)
+
+
+class _LLM:
+    """generate() reads engine-core outputs the way vLLM's LLM does (llm_engine.step)."""
+
+    def __init__(self, core):
+        self.llm_engine = SimpleNamespace(engine_core=core)
+
+    def generate(self, prompts, sampling, use_tqdm=False):
+        core = getattr(self.llm_engine, "engine_core", None)
+        while core is not None and core.stamps:
+            core.get_output()
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2])]) for _ in prompts]
+
+
+def test_timed_generate_records_the_engine_steps_and_restores_the_core():
+    core = _Core(_stamps(0.004, 30, batch=2))
+    result = timed_generate(_LLM(core), [{}, {}], [None, None])
+    assert result["steps"]["steps"] == 30
+    assert result["steps"]["median_step_ms"] == pytest.approx(4.0)
+    assert "get_output" not in vars(core)  # the class's method again
+
+
+def test_timed_generate_without_an_engine_core_still_times_the_batch():
+    llm = _LLM(None)
+    del llm.llm_engine.engine_core
+    result = timed_generate(llm, [{}], [None])
+    assert result["output_tokens"] == 2 and "unavailable" in result["steps"]
+
+
+def _with_steps(run: dict, per_step: dict[str, float]) -> dict:
+    """`run` with each round's cells given engine steps: the median step of every cell is the
+    same for all rounds (x `per_step`'s effect); tok/s keeps the run's noise."""
+    for rnd in run["rounds"]:
+        for cell, values in rnd["values"].items():
+            rate = 6000 * per_step.get(cell, 1.0) * (1 + 0.001 * (rnd["index"] % 3))
+            values["steps"] = {"median_tok_per_s": rate, "slow_share": 0.1}
+    return run
+
+
+def test_the_per_step_cost_is_shown_beside_noisy_tok_s_and_not_judged(root):
+    run = _with_steps(synthetic_run({"patched/pen": 0.99}, noise=0.05, n=4), {"patched/pen": 0.9})
+    record = _import(root, run)
+    assert record["outcome"] == "no difference resolved"  # judged on tok/s alone
+    shape = _pooled(record, "B=64 L=2048")
+    step = shape["patched penalized/plain median step (no top-k/top-p, not judged)"]
+    assert step["ratio"] == pytest.approx(0.9, rel=0.005) and step["slow_share_plain"] == 0.1
+    assert "| patched penalty cost per engine step (median step)" in record["tables"][0]
+
+
+def test_runs_without_engine_steps_show_no_per_step_cost(root):
+    record = _import(root, synthetic_run({"patched/pen": 0.99}, noise=0.002))
+    assert not any("median step" in k for k in _pooled(record, "B=64 L=2048"))

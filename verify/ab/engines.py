@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -88,11 +90,79 @@ def prompt_batch(
     return prompts
 
 
+#: An engine step counts as slow when its interval exceeds this multiple of the median.
+SLOW_STEP = 2.0
+
+
+def step_stats(stamps: list[tuple[float, int]]) -> dict:
+    """Engine-step intervals of one generate from `(engine timestamp, outputs)` per output batch
+    (batches with no request output dropped; the prefill, before the first batch, is no step):
+    steps, median / mean / p99 / max step in ms, `slow_share` (the fraction of the decode time
+    spent in steps slower than SLOW_STEP x the median: stalls, not per-step work) and
+    `median_tok_per_s` (median outputs per batch over the median step)."""
+    batches = [(t, n) for t, n in stamps if n > 0]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
+    if len(gaps) < 2 or min(gaps) < 0:
+        return {"steps": len(gaps), "unavailable": "fewer than two decode steps, or unordered"}
+    ordered = sorted(gaps)
+    median = statistics.median(ordered)
+    slow = sum(g for g in gaps if g > SLOW_STEP * median)
+    per_batch = statistics.median(n for _, n in batches[1:])
+    return {
+        "steps": len(gaps),
+        "median_step_ms": 1000 * median,
+        "mean_step_ms": 1000 * statistics.fmean(gaps),
+        "p99_step_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_step_ms": 1000 * ordered[-1],
+        "slow_share": slow / sum(gaps) if sum(gaps) > 0 else 0.0,
+        "median_tok_per_s": per_batch / median if median > 0 else None,
+    }
+
+
+def recording_steps(llm) -> tuple[list[tuple[float, int]], Callable[[], None]]:
+    """Record `(timestamp, outputs)` of every engine-core output batch the `LLM` reads (the V1
+    engine core's own `EngineCoreOutputs.timestamp`, else this process's clock); returns the
+    list and a function that stops recording. Raises AttributeError where the engine has no
+    `engine_core.get_output` (not a V1 `LLMEngine`)."""
+    core = llm.llm_engine.engine_core
+    stamps: list[tuple[float, int]] = []
+    original = core.get_output
+
+    def get_output(*args, **kwargs):
+        outputs = original(*args, **kwargs)
+        when = getattr(outputs, "timestamp", 0.0) or time.monotonic()
+        stamps.append((when, len(getattr(outputs, "outputs", ()) or ())))
+        return outputs
+
+    own = getattr(core, "__dict__", {}).get("get_output")  # put back by stop()
+    core.get_output = get_output
+
+    def stop() -> None:
+        if own is None:
+            del core.get_output
+        else:
+            core.get_output = own
+
+    return stamps, stop
+
+
 def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
-    """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest."""
+    """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest, and
+    the engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read)."""
+    try:
+        stamps, stop = recording_steps(llm)
+    except AttributeError as exc:
+        stamps, stop = None, None
+        steps = {"unavailable": f"no engine-core outputs to time: {exc}"}
     t0 = time.perf_counter()
-    outs = llm.generate(prompts, sampling, use_tqdm=False)
+    try:
+        outs = llm.generate(prompts, sampling, use_tqdm=False)
+    finally:
+        if stop is not None:
+            stop()
     elapsed = time.perf_counter() - t0
+    if stamps is not None:
+        steps = step_stats(stamps)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     n_tokens = sum(len(t) for t in tokens)
     return {
@@ -101,6 +171,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "tok_per_s": n_tokens / elapsed,
         "token_ids_hash": digest(tokens),
         "first_tokens": tokens[0][:16],
+        "steps": steps,
     }
 
 

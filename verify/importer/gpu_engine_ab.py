@@ -33,6 +33,7 @@ left out.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 
 from verify import registry, stats
@@ -91,6 +92,32 @@ def ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Ratio | N
     return ab_rounds.paired(both, base, var, "tok_per_s")
 
 
+def step_ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Ratio | None:
+    """var/base of the engine's median-step token rate (verify.ab.engines.step_stats) over the
+    counted rounds that recorded it for both (runs before it was recorded have none); None
+    when fewer than two did. A diagnostic beside tok/s: stalls move tok/s, not this."""
+    key = "median_tok_per_s"
+    pairs = [
+        (r.values[base]["steps"][key], r.values[var]["steps"][key])
+        for r in rounds
+        if not r.warmup
+        and all((r.values.get(c) or {}).get("steps", {}).get(key) for c in (base, var))
+    ]
+    if len(pairs) < 2:
+        return None
+    return stats.paired_ratio([b for b, _ in pairs], [v for _, v in pairs])
+
+
+def slow_share(rounds: list[ab_rounds.Round], cell: str) -> float | None:
+    """The median over counted rounds of the share of `cell`'s decode time in slow steps."""
+    shares = [
+        r.values[cell]["steps"]["slow_share"]
+        for r in rounds
+        if not r.warmup and "slow_share" in (r.values.get(cell) or {}).get("steps", {})
+    ]
+    return statistics.median(shares) if shares else None
+
+
 def _kind(topkp: bool) -> str:
     return "top-k/top-p" if topkp else "no top-k/top-p"
 
@@ -123,6 +150,16 @@ def judge_stage(
     for (variant, topkp), r in found.items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
         rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
+        plain, pen = cells[(variant, False, topkp)], cells[(variant, True, topkp)]
+        per_step = step_ratio(rounds, plain, pen)
+        if per_step is not None:  # shown, not judged: tok/s is what a user gets
+            label = f"{variant} penalty cost per engine step (median step), {_kind(topkp)}"
+            numbers[f"{variant} penalized/plain median step ({_kind(topkp)}, not judged)"] = {
+                **per_step.as_dict(),
+                "slow_share_plain": slow_share(rounds, plain),
+                "slow_share_penalized": slow_share(rounds, pen),
+            }
+            rows.append(_cost_row(f"{label}, not judged", per_step))
         if variant == "patched":
             what = f"{shape} {_kind(topkp)} tok/s"
             parts.append(not_slower(r, threshold, what, "penalized/plain"))
