@@ -5,17 +5,19 @@
 # "TAG KNOB=VALUE ..." with gpu_penalties_ab.sh's knobs; the record names the job's GPU and
 # cores (PB_PARALLEL). The model and the patched site are built once, before any job starts.
 # Records -> $OUT/gpu/<TAG>.json; the jobs' output and engine log tails ->
-# $OUT/gpu/logs-<first TAG>.tgz (a device call returns at most 8 files).
+# $OUT/gpu/logs-<first TAG>.tgz (a device call returns at most 8 files). PB_BUNDLE (default
+# /tmp/vllm-bundle) and PB_LOGS (default /root/pb-ab/parallel) move the bundle and the logs.
 #   bash scripts/gpu_penalties_ab_parallel.sh "b32-x PB_SHAPES=32x2048 PB_SEEDED=0" ...
 set -uo pipefail
 (($#)) || { echo "usage: gpu_penalties_ab_parallel.sh 'TAG KNOB=VALUE ...' ..."; exit 2; }
-test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it
+test -f "$bundle/site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
 gpus=$(nvidia-smi -L | wc -l)
 (($# <= gpus)) || { echo "$# jobs for $gpus GPUs"; exit 2; }
 OUT=${OUT:-/tmp/pb-out}
-logs=/root/pb-ab/parallel && rm -rf "$logs" && mkdir -p "$logs" "$OUT/gpu"
+logs=${PB_LOGS:-/root/pb-ab/parallel} && rm -rf "$logs" && mkdir -p "$logs" "$OUT/gpu"
 sites=patched && [[ "$*" == *PB_SERIES=at-0010* ]] && sites="patched at-0010"
-PYTHONPATH=/tmp/vllm-bundle/site python3 - "$PWD/.gpu/overlay/${PB_PIN:-0.22.0}" $sites <<'PY' || exit 4
+PYTHONPATH=$bundle/site python3 - "$PWD/.gpu/overlay/${PB_PIN:-0.22.0}" $sites <<'PY' || exit 4
 import sys; from pathlib import Path
 from verify.gpu import device
 device.build_model()
