@@ -22,7 +22,14 @@ from verify.ab.__main__ import (
     plan_stages,
     stage_results,
 )
-from verify.ab.engines import Engine, EngineError, step_stats, timed_generate
+from verify.ab.engines import (
+    Engine,
+    EngineError,
+    cpu_shares,
+    cpu_ticks,
+    step_stats,
+    timed_generate,
+)
 from verify.gpu import penalty_plan
 from verify.importer import gpu_engine_ab
 
@@ -521,6 +528,7 @@ def _with_steps(run: dict, per_step: dict[str, float]) -> dict:
         for cell, values in rnd["values"].items():
             rate = 6000 * per_step.get(cell, 1.0) * (1 + 0.001 * (rnd["index"] % 3))
             values["steps"] = {"median_tok_per_s": rate, "slow_share": 0.1}
+            values["cpus"] = {"busy": 0.5, "idle": 0.4, "iowait": 0.0, "steal": 0.1}
     return run
 
 
@@ -531,9 +539,29 @@ def test_the_per_step_cost_is_shown_beside_noisy_tok_s_and_not_judged(root):
     shape = _pooled(record, "B=64 L=2048")
     step = shape["patched penalized/plain median step (no top-k/top-p, not judged)"]
     assert step["ratio"] == pytest.approx(0.9, rel=0.005) and step["slow_share_plain"] == 0.1
+    assert step["cpu_steal_penalized"] == 0.1
     assert "| patched penalty cost per engine step (median step)" in record["tables"][0]
 
 
 def test_runs_without_engine_steps_show_no_per_step_cost(root):
     record = _import(root, synthetic_run({"patched/pen": 0.99}, noise=0.002))
     assert not any("median step" in k for k in _pooled(record, "B=64 L=2048"))
+
+
+STAT = """cpu  900 0 90 900 9 0 0 90 0 0
+cpu0 100 0 10 100 1 0 0 10 0 0
+cpu1 200 0 20 200 2 0 0 20 0 0
+cpu2 600 0 60 600 6 0 0 60 0 0
+intr 12345
+"""
+
+
+def test_cpu_shares_count_only_this_processs_cpus_and_name_steal():
+    before = cpu_ticks({0, 1}, STAT)
+    assert before["user"] == 300 and before["steal"] == 30  # cpu2 and the total line left out
+    after = dict(before, user=before["user"] + 50, idle=before["idle"] + 30)
+    after["steal"] += 20
+    got = cpu_shares(before, after)
+    assert got == pytest.approx({"busy": 0.5, "idle": 0.3, "iowait": 0.0, "steal": 0.2})
+    assert "unavailable" in cpu_shares(None, after)
+    assert "unavailable" in cpu_shares(before, before)

@@ -476,7 +476,15 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
                 "(batch x output_len with ignore_eos): the requests were cut short"
             )
         rates[rate_key(cell, configs)] = result["elapsed_s"] / result["output_tokens"]
-        keep = ("tok_per_s", "elapsed_s", "output_tokens", "token_ids_hash", "steps", *PLANT_KEYS)
+        keep = (
+            "tok_per_s",
+            "elapsed_s",
+            "output_tokens",
+            "token_ids_hash",
+            "steps",
+            "cpus",
+            *PLANT_KEYS,
+        )
         return {k: result[k] for k in keep if k in result}
 
     for i, stage in enumerate(stages):

@@ -146,21 +146,58 @@ def recording_steps(llm) -> tuple[list[tuple[float, int]], Callable[[], None]]:
     return stamps, stop
 
 
+#: /proc/stat's per-CPU fields, in order (man 5 proc); guest time is already in user/nice.
+PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_ticks(cpus: set[int] | None = None, stat: str | None = None) -> dict[str, int] | None:
+    """/proc/stat's ticks per field summed over `cpus` (default: the CPUs this process may run
+    on); None where /proc/stat cannot be read. `stat`: its text (tests)."""
+    try:
+        text = stat if stat is not None else Path("/proc/stat").read_text()
+        cpus = cpus if cpus is not None else os.sched_getaffinity(0)
+    except (OSError, AttributeError):
+        return None
+    total = dict.fromkeys(PROC_STAT_FIELDS, 0)
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            for key, value in zip(PROC_STAT_FIELDS, fields, strict=False):
+                total[key] += int(value)
+    return total
+
+
+def cpu_shares(before: dict[str, int] | None, after: dict[str, int] | None) -> dict:
+    """The share of the CPUs' time between two `cpu_ticks` spent busy, idle, in iowait and
+    stolen by the hypervisor (steal: time a virtual CPU wanted to run and was not let)."""
+    if before is None or after is None:
+        return {"unavailable": "no /proc/stat"}
+    delta = {k: after[k] - before[k] for k in PROC_STAT_FIELDS}
+    total = sum(delta.values())
+    if total <= 0:
+        return {"unavailable": "no CPU time passed"}
+    busy = total - delta["idle"] - delta["iowait"] - delta["steal"]
+    shares = {"busy": busy, "idle": delta["idle"], "iowait": delta["iowait"]}
+    return {k: v / total for k, v in {**shares, "steal": delta["steal"]}.items()}
+
+
 def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
-    """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest, and
-    the engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read)."""
+    """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest, the
+    engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read) and
+    how this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal)."""
     try:
         stamps, stop = recording_steps(llm)
     except AttributeError as exc:
         stamps, stop = None, None
         steps = {"unavailable": f"no engine-core outputs to time: {exc}"}
-    t0 = time.perf_counter()
+    ticks, t0 = cpu_ticks(), time.perf_counter()
     try:
         outs = llm.generate(prompts, sampling, use_tqdm=False)
     finally:
         if stop is not None:
             stop()
     elapsed = time.perf_counter() - t0
+    cpus = cpu_shares(ticks, cpu_ticks())
     if stamps is not None:
         steps = step_stats(stamps)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
@@ -172,6 +209,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "token_ids_hash": digest(tokens),
         "first_tokens": tokens[0][:16],
         "steps": steps,
+        "cpus": cpus,
     }
 
 

@@ -108,14 +108,15 @@ def step_ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Rati
     return stats.paired_ratio([b for b, _ in pairs], [v for _, v in pairs])
 
 
-def slow_share(rounds: list[ab_rounds.Round], cell: str) -> float | None:
-    """The median over counted rounds of the share of `cell`'s decode time in slow steps."""
-    shares = [
-        r.values[cell]["steps"]["slow_share"]
+def median_of(rounds: list[ab_rounds.Round], cell: str, group: str, key: str) -> float | None:
+    """The median over counted rounds of `cell`'s `group`/`key` (e.g. steps/slow_share, the
+    share of its decode time in slow steps; cpus/steal, the share of its CPUs' time stolen)."""
+    found = [
+        r.values[cell][group][key]
         for r in rounds
-        if not r.warmup and "slow_share" in (r.values.get(cell) or {}).get("steps", {})
+        if not r.warmup and key in (r.values.get(cell) or {}).get(group, {})
     ]
-    return statistics.median(shares) if shares else None
+    return statistics.median(found) if found else None
 
 
 def _kind(topkp: bool) -> str:
@@ -156,8 +157,10 @@ def judge_stage(
             label = f"{variant} penalty cost per engine step (median step), {_kind(topkp)}"
             numbers[f"{variant} penalized/plain median step ({_kind(topkp)}, not judged)"] = {
                 **per_step.as_dict(),
-                "slow_share_plain": slow_share(rounds, plain),
-                "slow_share_penalized": slow_share(rounds, pen),
+                "slow_share_plain": median_of(rounds, plain, "steps", "slow_share"),
+                "slow_share_penalized": median_of(rounds, pen, "steps", "slow_share"),
+                "cpu_steal_plain": median_of(rounds, plain, "cpus", "steal"),
+                "cpu_steal_penalized": median_of(rounds, pen, "cpus", "steal"),
             }
             rows.append(_cost_row(f"{label}, not judged", per_step))
         if variant == "patched":
