@@ -74,3 +74,28 @@ def test_mde_shrinks_with_more_rounds() -> None:
 def test_bad_rounds_are_named_errors(base, var) -> None:
     with pytest.raises(ValueError):
         stats.paired_ratio(base, var)
+
+
+def _spread(point: float, sd: float, n: int) -> list[float]:
+    """n log ratios with mean log(point) and sample standard deviation `sd` exactly."""
+    raw = [i - (n - 1) / 2 for i in range(n)]
+    scale = sd / math.sqrt(sum(x * x for x in raw) / (n - 1))
+    return [math.log(point) + scale * x for x in raw]
+
+
+@pytest.mark.parametrize("point, sd, n", [(0.995, 0.045, 10), (1.0, 0.03, 6), (1.01, 0.08, 4)])
+def test_rounds_to_within_is_where_the_same_spread_first_bounds_it(point, sd, n) -> None:
+    now = stats.from_log_ratios(_spread(point, sd, n))
+    need = stats.rounds_to_within(now, 0.02, lower_is_better=False)
+    assert need is not None and need > n
+    assert stats.within(
+        stats.from_log_ratios(_spread(point, sd, need)), 0.02, lower_is_better=False
+    )
+    before = stats.from_log_ratios(_spread(point, sd, need - 1))
+    assert not stats.within(before, 0.02, lower_is_better=False)
+
+
+def test_no_rounds_bound_a_point_beyond_the_threshold() -> None:
+    beyond = stats.from_log_ratios(_spread(0.97, 0.02, 8))  # a 3% loss: more rounds resolve it
+    assert stats.rounds_to_within(beyond, 0.02, lower_is_better=False) is None
+    assert stats.rounds_to_within(stats.from_log_ratios([0.0]), 0.02) is None  # no interval

@@ -94,6 +94,16 @@ def test_performance_passes_only_what_it_claims() -> None:
     assert performance.judge(thru, 0.02, lower_is_better=False).outcome == FAIL
 
 
+def test_an_unresolved_not_slower_says_how_many_rounds_would_bound_it() -> None:
+    wide = stats.from_log_ratios([0.04, -0.04, 0.03, -0.03])
+    v = performance.judge(wide, 0.02, claim="not slower", lower_is_better=False)
+    need = v.numbers["rounds_to_within"]
+    assert v.outcome == UNRESOLVED and f"about {need} rounds in all" in v.reason and need > 4
+    lost = stats.from_log_ratios([0.07, -0.13, 0.07, -0.13])  # a 3% loss: no rounds bound it
+    v = performance.judge(lost, 0.02, claim="not slower", lower_is_better=False)
+    assert v.numbers["rounds_to_within"] is None and "rounds in all" not in v.reason
+
+
 # kernel ------------------------------------------------------------------------------------
 def _row(variant: str, eager: float, host: float | None, identical: bool = True, **shape):
     shape = {"vocab": 32000, "requests": 1, "draft_tokens": 1, "draft_probs": False, **shape}

@@ -122,3 +122,22 @@ def within(ratio: Ratio, threshold: float, *, lower_is_better: bool = True) -> b
         return False
     worst = ratio.high if lower_is_better else 1 / ratio.low
     return worst <= 1 + threshold
+
+
+def rounds_to_within(
+    ratio: Ratio, threshold: float, *, lower_is_better: bool = True, most: int = 10_000
+) -> int | None:
+    """The fewest rounds in all at which `within` would hold if the point estimate and the
+    per-round spread stayed as measured (a planning figure, not a result); None without an
+    interval, when the point itself is at or beyond the threshold, or beyond `most` rounds."""
+    if ratio.low is None or ratio.high is None or ratio.n < 2:
+        return None
+    point = math.log(ratio.ratio)
+    margin = math.log1p(threshold) - (point if lower_is_better else -point)
+    if margin <= 0:
+        return None
+    sd = math.log(ratio.high / ratio.ratio) * math.sqrt(ratio.n) / t_quantile(ratio.n - 1)
+    for n in range(ratio.n, most + 1):
+        if t_quantile(n - 1) * sd / math.sqrt(n) <= margin:
+            return n
+    return None

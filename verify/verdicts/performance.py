@@ -41,7 +41,14 @@ def judge(
         return Verdict(PASS, f"faster: {label}", numbers)
     if claim == "not slower" and stats.within(ratio, threshold, lower_is_better=lower_is_better):
         return Verdict(PASS, f"not slower: {label}", numbers)
-    return Verdict(UNRESOLVED, f"{label}; {_mde(ratio)}", numbers)
+    plan = ""
+    if claim == "not slower":
+        need = stats.rounds_to_within(ratio, threshold, lower_is_better=lower_is_better)
+        numbers["rounds_to_within"] = need
+        if need is not None:
+            plan = f"; about {need} rounds in all would bound it within {threshold:.0%}"
+            plan += " if its point and spread held"
+    return Verdict(UNRESOLVED, f"{label}; {_mde(ratio)}{plan}", numbers)
 
 
 def judge_shapes(
