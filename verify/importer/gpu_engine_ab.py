@@ -92,17 +92,23 @@ def ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Ratio | N
     return ab_rounds.paired(both, base, var, "tok_per_s")
 
 
+def _diagnostics(rnd: ab_rounds.Round, cell: str, group: str) -> dict:
+    """`cell`'s `group` of diagnostics in `rnd` ("steps", "cpus"); {} where the run has none
+    (runs before they were recorded)."""
+    return (rnd.values.get(cell) or {}).get(group) or {}
+
+
 def step_ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Ratio | None:
     """var/base of the engine's median-step token rate (verify.ab.engines.step_stats) over the
-    counted rounds that recorded it for both (runs before it was recorded have none); None
-    when fewer than two did. A diagnostic beside tok/s: stalls move tok/s, not this."""
+    counted rounds that recorded it for both; None when fewer than two did. A diagnostic
+    beside tok/s: stalls move tok/s, not this."""
     key = "median_tok_per_s"
+    counted = [r for r in rounds if not r.warmup]
     pairs = [
-        (r.values[base]["steps"][key], r.values[var]["steps"][key])
-        for r in rounds
-        if not r.warmup
-        and all((r.values.get(c) or {}).get("steps", {}).get(key) for c in (base, var))
+        (_diagnostics(r, base, "steps").get(key), _diagnostics(r, var, "steps").get(key))
+        for r in counted
     ]
+    pairs = [(b, v) for b, v in pairs if b and v]
     if len(pairs) < 2:
         return None
     return stats.paired_ratio([b for b, _ in pairs], [v for _, v in pairs])
@@ -111,11 +117,8 @@ def step_ratio(rounds: list[ab_rounds.Round], base: str, var: str) -> stats.Rati
 def median_of(rounds: list[ab_rounds.Round], cell: str, group: str, key: str) -> float | None:
     """The median over counted rounds of `cell`'s `group`/`key` (e.g. steps/slow_share, the
     share of its decode time in slow steps; cpus/steal, the share of its CPUs' time stolen)."""
-    found = [
-        r.values[cell][group][key]
-        for r in rounds
-        if not r.warmup and key in (r.values.get(cell) or {}).get(group, {})
-    ]
+    found = [_diagnostics(r, cell, group).get(key) for r in rounds if not r.warmup]
+    found = [x for x in found if x is not None]
     return statistics.median(found) if found else None
 
 
