@@ -20,6 +20,9 @@
 #   PB_GPU_GIB=74             GPU memory all engines may take (about 130 on an H200)
 #   PB_CACHE_ROOT=/tmp/pb-vllm-cache/penalties-ab   the engines' compile cache (one per GPU when
 #                             several runs share a host: scripts/gpu_penalties_ab_parallel.sh)
+#   PB_PIN_ENGINES=0          1: each engine pinned to its own half of the call's CPUs (does it
+#                             steady a host-bound step, whose speed varies from cell to cell
+#                             unpinned? recorded per worker as `cpus`)
 #   PB_SEEDED=1               0: no per-request seeds (vLLM's seeded sampling costs one generator
 #                             call per request and step, which dilutes the penalty cost; tokens
 #                             are then not comparable across engines)
@@ -42,6 +45,7 @@ overlay=$PWD/.gpu/overlay/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_ov
 knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB_PRISTINE_SHAPES'"
 knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB_SEEDED=$PB_SEEDED"
 knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
+[ "${PB_PIN_ENGINES:-0}" = 1 ] && knobs+=" PB_PIN_ENGINES=1"
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
@@ -67,7 +71,7 @@ timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
   --model /tmp/pb-model --base-site /tmp/vllm-bundle/site "${plan[@]}" \
   --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root "${PB_CACHE_ROOT:-/tmp/pb-vllm-cache/penalties-ab}" --meta "$work/meta.json" \
-  --out "$OUT/gpu/$tag.json"
+  $([ "${PB_PIN_ENGINES:-0}" = 1 ] && echo --pin-cpus) --out "$OUT/gpu/$tag.json"
 rc=$?
 if [ "$rc" -ne 0 ]; then  # workers left behind if the driver was killed (own process groups)
   for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done

@@ -25,8 +25,10 @@ from verify.ab.__main__ import (
 from verify.ab.engines import (
     Engine,
     EngineError,
+    compact_cpus,
     cpu_shares,
     cpu_ticks,
+    split_cpus,
     step_stats,
     timed_generate,
 )
@@ -348,7 +350,7 @@ def test_engine_answers_requests_and_reports_worker_errors(tmp_path):
 
 
 STAND_IN = """
-import json, sys
+import json, os, sys
 from verify.ab.engines import serve_requests
 prefix = sys.argv[sys.argv.index("--prefix") + 1]
 def handle(request):
@@ -357,7 +359,8 @@ def handle(request):
     elapsed = 50.0 * (2 if config.get("presence_penalty") else 1)  # claimed, not slept
     return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
             "token_ids_hash": json.dumps(sorted(config)), "first_tokens": []}
-serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None})
+serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None,
+                                "cpus": sorted(os.sched_getaffinity(0))})
 """
 
 
@@ -565,3 +568,63 @@ def test_cpu_shares_count_only_this_processs_cpus_and_name_steal():
     assert got == pytest.approx({"busy": 0.5, "idle": 0.3, "iowait": 0.0, "steal": 0.2})
     assert "unavailable" in cpu_shares(None, after)
     assert "unavailable" in cpu_shares(before, before)
+
+
+# each engine on CPUs of its own (PB_PIN_ENGINES=1)
+
+
+def test_cpus_split_into_disjoint_consecutive_shares():
+    assert split_cpus({5, 0, 3, 1, 4, 2}, 2) == [[0, 1, 2], [3, 4, 5]]
+    assert split_cpus(set(range(5)), 2) == [[0, 1, 2], [3, 4]]
+    assert split_cpus({7}, 1) == [[7]]
+    with pytest.raises(EngineError, match="2 engine"):
+        split_cpus({0}, 2)
+    assert compact_cpus([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+def _two_cpus() -> list[int]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("pinning is only visible with two or more CPUs")
+    return cpus
+
+
+AFFINITY_WORKER = """
+import os, sys
+from verify.ab.engines import serve_requests
+serve_requests(lambda r: {}, sys.argv[1], {"cpus": sorted(os.sched_getaffinity(0))})
+"""
+
+
+def test_an_engine_given_cpus_runs_on_them_alone(tmp_path):
+    mine = _two_cpus()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    prefix = tmp_path / "pinned"
+    cmd = [sys.executable, "-c", AFFINITY_WORKER, str(prefix)]
+    engine = Engine(cmd, env, prefix, "pinned", cpus=mine[-1:]).start()
+    try:
+        assert engine.wait_ready(timeout=60)["cpus"] == mine[-1:]
+    finally:
+        engine.stop(grace=5)
+    assert os.sched_getaffinity(0) == set(mine)  # the driver keeps all of its CPUs
+
+
+def test_pin_cpus_gives_each_engine_its_own_share(tmp_path):
+    from verify.ab.__main__ import main
+
+    mine = _two_cpus()
+    (tmp_path / "worker.py").write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "ab.json"
+    plain = {"batch": 4, "output_len": 8}
+    base = ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",
+            "--config", f"plain={json.dumps(plain)}", "--rounds", "1", "--python", str(python),
+            "--work", str(tmp_path / "work"), "--out", str(out)]  # fmt: skip
+    assert main([*base, "--pin-cpus"]) == 0
+    workers = json.loads(out.read_text())["workers"]
+    assert [workers["a"]["cpus"], workers["b"]["cpus"]] == split_cpus(set(mine), 2)
+    assert main(base) == 0  # unpinned: both inherit every CPU
+    workers = json.loads(out.read_text())["workers"]
+    assert workers["a"]["cpus"] == workers["b"]["cpus"] == mine

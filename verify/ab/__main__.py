@@ -52,7 +52,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verify.ab import rounds as ab_rounds
-from verify.ab.engines import SAMPLING_KEYS, Engine, EngineError, check_config, worker_command
+from verify.ab.engines import (
+    SAMPLING_KEYS,
+    Engine,
+    EngineError,
+    check_config,
+    split_cpus,
+    worker_command,
+)
 from verify.ab.servers import Server, free_port, say
 
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
@@ -434,12 +441,14 @@ def comparisons_of(args, cells: list[str], configs: dict) -> list[tuple[str, str
 def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) -> None:
     """Every variant's worker started at once (start-up overlaps) into `engines`."""
     cache = Path(args.cache_root) if args.cache_root else work / "cache"
-    for name, (paths, env) in variants.items():
+    shares = split_cpus(os.sched_getaffinity(0), len(variants)) if args.pin_cpus else None
+    for i, (name, (paths, env)) in enumerate(variants.items()):
         full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, cache)
         full_env.update(plant_count_env(name, env, work))
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
-        engines[name] = Engine(cmd, full_env, work / name, f"{name} engine").start()
+        cpus = shares[i] if shares else None
+        engines[name] = Engine(cmd, full_env, work / name, f"{name} engine", cpus).start()
 
 
 def check_capacity(engines: dict[str, Engine], configs: dict, cells: list[str]) -> None:
@@ -697,6 +706,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.01, help="noise threshold (fraction)")
     p.add_argument("--work", default="ab-work")
     p.add_argument("--cache-root", help="VLLM_CACHE_ROOT/<variant> (default: WORK/cache)")
+    p.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="give each engine its own consecutive share of this process's CPUs",
+    )
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
     return parser

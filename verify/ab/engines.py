@@ -167,6 +167,22 @@ def cpu_ticks(cpus: set[int] | None = None, stat: str | None = None) -> dict[str
     return total
 
 
+def split_cpus(cpus: set[int], parts: int) -> list[list[int]]:
+    """`cpus` split into `parts` disjoint runs of consecutive ids, as even as they go (the first
+    runs take one more where it does not divide); EngineError where there are fewer CPUs than
+    parts."""
+    ordered = sorted(cpus)
+    if parts < 1 or len(ordered) < parts:
+        raise EngineError(f"cannot give {parts} engine(s) CPUs of their own: {len(ordered)} CPU(s)")
+    size, extra = divmod(len(ordered), parts)
+    runs, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        runs.append(ordered[start:end])
+        start = end
+    return runs
+
+
 def cpu_shares(before: dict[str, int] | None, after: dict[str, int] | None) -> dict:
     """The share of the CPUs' time between two `cpu_ticks` spent busy, idle, in iowait and
     stolen by the hypervisor (steal: time a virtual CPU wanted to run and was not let)."""
@@ -265,6 +281,7 @@ def worker_provenance() -> dict:
         "vllm": vllm.__version__,
         "vllm_file": vllm.__file__,
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")},
+        "cpus": compact_cpus(list(os.sched_getaffinity(0))),
     }
 
 
@@ -285,20 +302,34 @@ class Engine:
     """One variant's `LLM` in a worker process (its own process group), driven through stdin;
     results come back as files `<prefix>-<seq>.json`."""
 
-    def __init__(self, cmd: list[str], env: dict, prefix: Path, label: str = "engine") -> None:
+    def __init__(
+        self,
+        cmd: list[str],
+        env: dict,
+        prefix: Path,
+        label: str = "engine",
+        cpus: list[int] | None = None,
+    ) -> None:
         self.cmd, self.env, self.prefix, self.label = cmd, env, str(prefix), label
+        self.cpus = cpus  # the CPUs the worker and its threads may run on (None: inherited)
         self.log = Path(self.prefix + ".log")
         self.proc: subprocess.Popen | None = None
         self.ready: dict = {}
         self.seq = 0
 
     def start(self) -> Engine:
+        # files of an earlier worker with this prefix must not pass for this one's answers
+        prefix = Path(self.prefix)
+        for stale in prefix.parent.glob(f"{prefix.name}-*.json"):
+            stale.unlink(missing_ok=True)
+        pin = {} if self.cpus is None else {"preexec_fn": _pinning(self.cpus)}
         self.proc, self._fh = start_group(
-            self.cmd, self.env, self.log, stdin=subprocess.PIPE, text=True
+            self.cmd, self.env, self.log, stdin=subprocess.PIPE, text=True, **pin
         )
         # the process group's id, for a caller that must clean up after this driver was killed
         Path(self.prefix + ".pid").write_text(f"{self.proc.pid}\n")
-        say(f"{self.label}: started pid {self.proc.pid} (log {self.log})")
+        where = "" if self.cpus is None else f", CPUs {compact_cpus(self.cpus)}"
+        say(f"{self.label}: started pid {self.proc.pid} (log {self.log}{where})")
         return self
 
     def _wait(self, path: Path, timeout: float) -> dict:
@@ -352,6 +383,23 @@ class Engine:
         stop_group(self.proc, grace=10)
         self._fh.close()
         self.proc = None
+
+
+def _pinning(cpus: list[int]) -> Callable[[], None]:
+    """A Popen preexec_fn that pins the child to `cpus` before it runs anything (threads it
+    starts inherit the set)."""
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def compact_cpus(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (taskset's list form)."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def worker_command(python: str, model: str, engine_args: dict, prefix: Path) -> list[str]:
