@@ -296,6 +296,16 @@ def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):
     assert pooled[h100][cost]["n"] == 8 and pooled[h200][cost]["n"] == 4
 
 
+def test_the_reason_names_each_pools_gpu_and_seeding(root):
+    """Two pools of one shape (H100, H200) are told apart in the verdict's reason."""
+    runs = [synthetic_run({"patched/pen": 0.97}, 0.03, n=4) for _ in range(2)]
+    runs[1] |= {"date": "2026-11-25T11:00:00+00:00", "machine": {"gpu": "NVIDIA H200"}}
+    for i, run in enumerate(runs):
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    reason = gpu_engine_ab.penalty_cost("0.22.0")["reason"]
+    assert "B=64 L=2048 (H100, seeded)" in reason and "B=64 L=2048 (H200, seeded)" in reason
+
+
 def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
     assert _import(root, run)["outcome"] == "pass"

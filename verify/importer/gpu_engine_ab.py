@@ -33,6 +33,7 @@ left out.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -146,11 +147,12 @@ def costs(run: dict, stage: dict, rounds: list) -> dict[tuple[str, bool], stats.
 
 
 def judge_stage(
-    run: dict, stage: dict, rounds: list, found: dict, threshold: float
+    run: dict, stage: dict, rounds: list, found: dict, threshold: float, label: str = ""
 ) -> tuple[list, dict, list]:
-    """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`."""
+    """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`;
+    `label` names the stage in the verdicts' reasons (default: its shape)."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
-    shape = shape_of(stage)
+    shape = label or shape_of(stage)
     for (variant, topkp), r in found.items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
         rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
@@ -350,6 +352,16 @@ class Pool:
         return "seeded" if comparable(config) else "unseeded"
 
     @property
+    def label(self) -> str:
+        """`B=32 L=2048 (H100, unseeded)`: the pool as the verdict's reason names it."""
+        gpu_name = (self.run.get("machine") or {}).get("gpu") or "GPU not recorded"
+        model = re.search(r"\b[A-Z]\d{2,4}\b", gpu_name)
+        names = {c.split("/", 1)[1] for c in self.stage["cells"]}
+        topkp = any(sampling_of(self.run["configs"][n])[1] for n in names)
+        extra = ", top-k/top-p run" if topkp else ""
+        return f"{self.shape} ({model.group(0) if model else gpu_name}, {self.seeded}{extra})"
+
+    @property
     def title(self) -> str:
         gpu_name = (self.run.get("machine") or {}).get("gpu", "GPU not recorded")
         return (
@@ -432,7 +444,9 @@ def penalty_cost(version: str) -> dict | None:
         key += key_rows(pool, found)
         if pool.pristine_only:
             continue
-        got, nums, rows = judge_stage(pool.run, pool.stage, pool.rounds, found, threshold)
+        got, nums, rows = judge_stage(
+            pool.run, pool.stage, pool.rounds, found, threshold, pool.label
+        )
         parts += got
         numbers["pooled"][pool.title] = nums
         tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
