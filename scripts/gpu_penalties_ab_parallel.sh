@@ -3,7 +3,8 @@
 # device call: job i is one `gpu_penalties_ab.sh` run alone on GPU i (CUDA_VISIBLE_DEVICES=i),
 # pinned to its equal share of the CPU cores, with its own compile cache. Each job is
 # "TAG KNOB=VALUE ..." with gpu_penalties_ab.sh's knobs; the record names the job's GPU and
-# cores (PB_PARALLEL). The model and the patched site are built once, before any job starts.
+# cores (PB_PARALLEL). Each job asks for the model and its sites; the first builds them, the
+# others wait for it (verify.locks.build_once).
 # Records -> $OUT/gpu/<TAG>.json; the jobs' output and engine log tails ->
 # $OUT/gpu/logs-<first TAG>.tgz (a device call returns at most 8 files). PB_BUNDLE (default
 # /tmp/vllm-bundle) and PB_LOGS (default /root/pb-ab/parallel) move the bundle and the logs.
@@ -16,13 +17,6 @@ gpus=$(nvidia-smi -L | wc -l)
 (($# <= gpus)) || { echo "$# jobs for $gpus GPUs"; exit 2; }
 OUT=${OUT:-/tmp/pb-out}
 logs=${PB_LOGS:-/root/pb-ab/parallel} && rm -rf "$logs" && mkdir -p "$logs" "$OUT/gpu"
-sites=patched && [[ "$*" == *PB_SERIES=at-0010* ]] && sites="patched at-0010"
-PYTHONPATH=$bundle/site python3 - "$PWD/.gpu/overlay/${PB_PIN:-0.22.0}" $sites <<'PY' || exit 4
-import sys; from pathlib import Path
-from verify.gpu import device
-device.build_model()
-device.build_sites(Path(sys.argv[1]), set(sys.argv[2:]))
-PY
 per=$(($(nproc) / gpus)) && pin=$(command -v taskset || true)
 i=0 && pids=() && tags=()
 for job in "$@"; do

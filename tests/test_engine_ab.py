@@ -374,16 +374,22 @@ serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu
 """
 
 
+def stand_in_python(tmp_path: Path) -> Path:
+    """An executable the front end takes for the workers' Python: it runs STAND_IN."""
+    (tmp_path / "worker.py").write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     """`python -m verify.ab engine` end to end on stand-in workers (no vLLM) that report 50 s
     per plain and 100 s per penalized batch: the first shape runs its rounds, the second is
     recorded as not run (its estimated round no longer fits the budget)."""
     from verify.ab.__main__ import main
 
-    (tmp_path / "worker.py").write_text(STAND_IN)
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
-    python.chmod(0o755)
+    python = stand_in_python(tmp_path)
     out = tmp_path / "ab.json"
     plain = {"batch": 4, "output_len": 8}
     rc = main(
@@ -623,10 +629,7 @@ def test_pin_cpus_gives_each_engine_its_own_share(tmp_path):
     from verify.ab.__main__ import main
 
     mine = _two_cpus()
-    (tmp_path / "worker.py").write_text(STAND_IN)
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
-    python.chmod(0o755)
+    python = stand_in_python(tmp_path)
     out = tmp_path / "ab.json"
     plain = {"batch": 4, "output_len": 8}
     base = ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",

@@ -1,5 +1,5 @@
 """scripts/gpu_penalties_ab_parallel.sh without a GPU: stand-ins for `nvidia-smi` (the GPU
-count), `python3` (the model and sites) and scripts/gpu_penalties_ab.sh (one job: it records
+count) and scripts/gpu_penalties_ab.sh (one job: it records
 its environment and writes a record) show each job alone on its GPU and cores, its knobs as a
 shell reads them, the records and one log tarball back, and a failing job failing the call."""
 
@@ -31,7 +31,6 @@ def run(tmp_path: Path, *jobs: str, gpus: int = 4) -> tuple[int, str, Path]:
     stand_ins = {
         "scripts/gpu_penalties_ab.sh": FAKE_JOB,
         "bin/nvidia-smi": "#!/usr/bin/env bash\n" + "echo GPU\n" * gpus,
-        "bin/python3": "#!/usr/bin/env bash\ncat > /dev/null\n",
         "bin/nproc": "#!/usr/bin/env bash\necho 64\n",
         "bin/taskset": '#!/usr/bin/env bash\nshift 2\nexec "$@"\n',  # this machine's cores differ
     }

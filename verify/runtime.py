@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import email.parser
-import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verify.errors import PatchbenchError
+from verify.locks import exclusive
 
 MARKER = ".patchbench-complete"
 
@@ -182,17 +182,6 @@ def _fix_shebangs(venv: Path, old: Path) -> None:
                 script.write_text(text.replace(str(old), str(venv), 1))
 
 
-@contextlib.contextmanager
-def _lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def is_complete(venv: Path) -> bool:
     return (venv / MARKER).is_file()
 
@@ -202,7 +191,7 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
     final = venv_dir(version)
     if is_complete(final):
         return final
-    with _lock(final.parent / f".{final.name}.lock"):
+    with exclusive(final.parent / f".{final.name}.lock"):
         if is_complete(final):
             return final
         for stale in final.parent.glob(f".{final.name}.tmp-*"):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from verify.gpu import gritlm
 from verify.gpu.gritlm import GRIT_TOKENS
+from verify.locks import build_once
 
 BUNDLE = Path("/tmp/vllm-bundle/site")
 SITES = Path("/tmp/pb-sites")
@@ -26,9 +27,17 @@ def build_model(path: Path = MODEL, repeat: bool = False) -> Path:
     layer's output projections (attention o_proj, MLP down_proj) zeroed, so the residual stream
     stays the token's embedding and the tied head puts almost all mass on that token: the model
     repeats its last token, and ngram speculative decoding proposes (and has accepted) drafts at
-    every step, at any temperature up to ~1 (the same compute per step as the random model)."""
-    if (path / "config.json").exists():
-        return path
+    every step, at any temperature up to ~1 (the same compute per step as the random model).
+    Made once however many jobs ask at a time (`verify.locks.build_once`)."""
+    return build_once(path, _has_config, lambda scratch: _write_qwen(scratch, repeat))
+
+
+def _has_config(path: Path) -> bool:
+    return (path / "config.json").exists()
+
+
+def _write_qwen(path: Path, repeat: bool) -> None:
+    """`build_model`'s model and tokenizer, written into `path`."""
     import glob
 
     import torch
@@ -73,7 +82,6 @@ def build_model(path: Path = MODEL, repeat: bool = False) -> Path:
                 layer.self_attn.o_proj.weight.zero_()
                 layer.mlp.down_proj.weight.zero_()
     model.save_pretrained(path)
-    return path
 
 
 def build_grit_model(path: Path = GRIT_MODEL) -> Path:
@@ -81,8 +89,11 @@ def build_grit_model(path: Path = GRIT_MODEL) -> Path:
     prompt's token ids on the host, the code path of seed 002) with the tokenizer of
     verify.gpu.gritlm, which turns GritLM instruction prompts into the token pattern the pooler
     looks for."""
-    if (path / "config.json").exists():
-        return path
+    return build_once(path, _has_config, _write_grit)
+
+
+def _write_grit(path: Path) -> None:
+    """`build_grit_model`'s model and tokenizer, written into `path`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -108,7 +119,6 @@ def build_grit_model(path: Path = GRIT_MODEL) -> Path:
     config = json.loads((path / "config.json").read_text())
     config["architectures"] = ["GritLM"]
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
 
 
 def grit_prompts(count: int, rng: random.Random) -> list[dict]:
@@ -153,22 +163,35 @@ def build_sites(
         )
         if not files:
             raise SystemExit(f"overlay {overlay / variant} is empty or missing")
-        site = sites / variant
-        marker = site / ".pb-overlay.json"
-        if not (marker.exists() and json.loads(marker.read_text()) == files):
-            if site.exists():
-                shutil.rmtree(site)
-            shutil.copytree(bundle, site, symlinks=True)
-            for rel in files:
-                target = site / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(overlay / variant / rel, target)
-            for cache in site.rglob("__pycache__"):
-                if cache.parent.relative_to(site).parts[:1] == ("vllm",):
-                    shutil.rmtree(cache, ignore_errors=True)
-            marker.write_text(json.dumps(files))
+        build_once(
+            sites / variant,
+            lambda site, files=files: _overlaid(site, files),
+            lambda site, variant=variant, files=files: _overlay_site(
+                site, bundle, overlay / variant, files
+            ),
+        )
         info[variant] = files
     return {"overlaid_files": info}
+
+
+def _overlaid(site: Path, files: list[str]) -> bool:
+    """Whether `site` is a finished copy of the bundle with exactly `files` overlaid."""
+    marker = site / ".pb-overlay.json"
+    return marker.exists() and json.loads(marker.read_text()) == files
+
+
+def _overlay_site(site: Path, bundle: Path, variant_files: Path, files: list[str]) -> None:
+    """`site` (an empty folder): the bundle with `files` of `variant_files` copied over it,
+    vLLM's stale bytecode dropped, and the marker `_overlaid` reads."""
+    shutil.copytree(bundle, site, symlinks=True, dirs_exist_ok=True)
+    for rel in files:
+        target = site / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(variant_files / rel, target)
+    for cache in site.rglob("__pycache__"):
+        if cache.parent.relative_to(site).parts[:1] == ("vllm",):
+            shutil.rmtree(cache, ignore_errors=True)
+    (site / ".pb-overlay.json").write_text(json.dumps(files))
 
 
 def site_of(variant: str) -> Path:

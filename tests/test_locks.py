@@ -1,0 +1,68 @@
+"""verify.locks: a folder built once however many processes ask at a time, never seen half
+written, and rebuilt after an interrupted build."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from verify.locks import build_once
+
+
+def _done(path: Path) -> bool:
+    return (path / "complete").exists()
+
+
+def _slow_write(path: Path) -> None:
+    """Counts its calls in a file beside the folder, then writes slowly."""
+    with open(path.parent.parent / "calls", "a") as fh:
+        fh.write("call\n")
+    (path / "part").write_text("first half\n")
+    time.sleep(0.5)
+    (path / "complete").write_text("done\n")
+
+
+def _build(path: str, seen: multiprocessing.Queue) -> None:
+    built = build_once(Path(path), _done, _slow_write)
+    seen.put(sorted(p.name for p in built.iterdir()))
+
+
+def test_processes_asking_at_once_build_it_once_and_see_it_whole(tmp_path):
+    target = tmp_path / "sites" / "patched"
+    ctx = multiprocessing.get_context("fork")
+    seen = ctx.Queue()
+    procs = [ctx.Process(target=_build, args=(str(target), seen)) for _ in range(3)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=60)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    assert [seen.get(timeout=5) for _ in procs] == [["complete", "part"]] * 3
+    assert (tmp_path / "calls").read_text() == "call\n"
+
+
+def test_an_interrupted_build_leaves_nothing_in_place_and_the_next_one_finishes(tmp_path):
+    target = tmp_path / "sites" / "patched"
+
+    def broken(path: Path) -> None:
+        (path / "part").write_text("first half\n")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_once(target, _done, broken)
+    assert not target.exists()
+    build_once(target, _done, _slow_write)
+    assert sorted(p.name for p in target.iterdir()) == ["complete", "part"]
+    assert [p.name for p in target.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_finished_folder_is_not_rebuilt_and_a_stale_one_is_replaced(tmp_path):
+    target = tmp_path / "sites" / "patched"
+    build_once(target, _done, _slow_write)
+    build_once(target, _done, _slow_write)
+    assert (tmp_path / "calls").read_text() == "call\n"
+    build_once(target, lambda p: (p / "v2").exists(), lambda p: (p / "v2").touch())
+    assert [p.name for p in target.iterdir()] == ["v2"]
