@@ -638,6 +638,9 @@ def test_pin_cpus_gives_each_engine_its_own_share(tmp_path):
     assert main([*base, "--pin-cpus"]) == 0
     workers = json.loads(out.read_text())["workers"]
     assert [workers["a"]["cpus"], workers["b"]["cpus"]] == split_cpus(set(mine), 2)
+    other = tmp_path / "work" / "a-b-ready.json"  # a variant named a-b keeps its files
+    other.write_text("{}")
     assert main(base) == 0  # unpinned: both inherit every CPU
+    assert other.exists()
     workers = json.loads(out.read_text())["workers"]
     assert workers["a"]["cpus"] == workers["b"]["cpus"] == mine

@@ -321,7 +321,9 @@ class Engine:
         # files of an earlier worker with this prefix must not pass for this one's answers
         prefix = Path(self.prefix)
         for stale in prefix.parent.glob(f"{prefix.name}-*.json"):
-            stale.unlink(missing_ok=True)
+            answer = stale.name[len(prefix.name) + 1 : -len(".json")]
+            if answer == "ready" or answer.isdigit():  # not another variant's (`NAME-x-1.json`)
+                stale.unlink(missing_ok=True)
         pin = {} if self.cpus is None else {"preexec_fn": _pinning(self.cpus)}
         self.proc, self._fh = start_group(
             self.cmd, self.env, self.log, stdin=subprocess.PIPE, text=True, **pin
