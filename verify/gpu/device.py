@@ -5,6 +5,7 @@ transformers and tokenizers (the device image has them) only inside the model bu
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -163,13 +164,11 @@ def build_sites(
         )
         if not files:
             raise SystemExit(f"overlay {overlay / variant} is empty or missing")
-        build_once(
-            sites / variant,
-            lambda site, files=files: _overlaid(site, files),
-            lambda site, variant=variant, files=files: _overlay_site(
-                site, bundle, overlay / variant, files
-            ),
+        done = functools.partial(_overlaid, files=files)
+        write = functools.partial(
+            _overlay_site, bundle=bundle, variant_files=overlay / variant, files=files
         )
+        build_once(sites / variant, done, write)
         info[variant] = files
     return {"overlaid_files": info}
 

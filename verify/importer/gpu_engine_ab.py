@@ -352,9 +352,14 @@ class Pool:
         return "seeded" if comparable(config) else "unseeded"
 
     @property
+    def gpu(self) -> str:
+        """The GPU model its runs report (pools never mix models: `pool_key`)."""
+        return (self.run.get("machine") or {}).get("gpu") or "GPU not recorded"
+
+    @property
     def label(self) -> str:
         """`B=32 L=2048 (H100, unseeded)`: the pool as the verdict's reason names it."""
-        gpu_name = (self.run.get("machine") or {}).get("gpu") or "GPU not recorded"
+        gpu_name = self.gpu
         model = re.search(r"\b[A-Z]\d{2,4}\b", gpu_name)
         names = {c.split("/", 1)[1] for c in self.stage["cells"]}
         topkp = any(sampling_of(self.run["configs"][n])[1] for n in names)
@@ -363,9 +368,8 @@ class Pool:
 
     @property
     def title(self) -> str:
-        gpu_name = (self.run.get("machine") or {}).get("gpu", "GPU not recorded")
         return (
-            f"{self.shape}, input {self.stage['input_len']}, {self.seeded}, {gpu_name} "
+            f"{self.shape}, input {self.stage['input_len']}, {self.seeded}, {self.gpu} "
             f"({len(self.runs)} run(s): {'; '.join(self.runs)})"
         )
 
