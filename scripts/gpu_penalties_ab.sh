@@ -23,6 +23,9 @@
 #   PB_PIN_ENGINES=0          1: each engine pinned to its own half of the call's CPUs (does it
 #                             steady a host-bound step, whose speed varies from cell to cell
 #                             unpinned? recorded per worker as `cpus`)
+#   PB_TIMERS=0               1: the series' sampler timers on (VLLM_SAMPLE_TOKENS_TIMING=1,
+#                             patch 0005): each series/patched cell records its sample_tokens
+#                             host time per step, shown beside the step time, not judged
 #   PB_SEEDED=1               0: no per-request seeds (vLLM's seeded sampling costs one generator
 #                             call per request and step, which dilutes the penalty cost; tokens
 #                             are then not comparable across engines)
@@ -46,6 +49,7 @@ knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB
 knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB_SEEDED=$PB_SEEDED"
 knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
 [ "${PB_PIN_ENGINES:-0}" = 1 ] && knobs+=" PB_PIN_ENGINES=1"
+[ "${PB_TIMERS:-0}" = 1 ] && knobs+=" PB_TIMERS=1" && export VLLM_SAMPLE_TOKENS_TIMING=1
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \

@@ -31,6 +31,7 @@ from verify.ab.engines import (
     split_cpus,
     step_stats,
     timed_generate,
+    timer_summary,
 )
 from verify.gpu import penalty_plan
 from verify.importer import gpu_engine_ab
@@ -368,7 +369,8 @@ def handle(request):
     tokens = config["batch"] * (request.get("warmup_tokens") or config["output_len"])
     elapsed = 50.0 * (2 if config.get("presence_penalty") else 1)  # claimed, not slept
     return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
-            "token_ids_hash": json.dumps(sorted(config)), "first_tokens": []}
+            "token_ids_hash": json.dumps(sorted(config)), "first_tokens": [],
+            "sampler": {"steps": 8, "sample_tokens_us": 40.0}}
 serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None,
                                 "cpus": sorted(os.sched_getaffinity(0))})
 """
@@ -405,6 +407,7 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     assert rc == 0 and record["kind"] == "engine-ab"
     first, second = record["stages"]
     assert first["status"] == "ran 3 rounds" and len(first["rounds"]) == 3
+    assert record["rounds"][0]["values"]["a/pen"]["sampler"]["sample_tokens_us"] == 40.0
     assert second["status"].startswith("not run: out of time") and second["rounds"] == []
     cost, big = record["comparisons"]
     assert cost["ratio"] == pytest.approx(0.5) and cost["n"] == 3
@@ -540,6 +543,97 @@ def test_timed_generate_without_an_engine_core_still_times_the_batch():
     assert result["output_tokens"] == 2 and "unavailable" in result["steps"]
 
 
+class _Timers:
+    """The series' sample_tokens_timing as the engine leaves it: one recorded step per output
+    batch, `reset` clearing them."""
+
+    STEP_FIELDS = (
+        "step",
+        "sample_tokens_s",
+        "sample_s",
+        "update_async_output_s",
+        "ready_wait_s",
+        "compute_s",
+        "waited",
+    )
+
+    def __init__(self):
+        self.steps: list[list] = []
+
+    def snapshot(self) -> dict:
+        return {"step_fields": list(self.STEP_FIELDS), "steps": list(self.steps), "get_output": []}
+
+    def reset(self) -> None:
+        self.steps.clear()
+
+
+def _timed_core(monkeypatch, sample_tokens_s: float, env: str = "1"):
+    """A core whose outputs each record a sample_tokens step in a stand-in timer module."""
+    core = _Core(_stamps(0.004, 10, batch=2))
+    timers = _Timers()
+    original = core.get_output
+
+    def get_output():
+        timers.steps.append(
+            [
+                len(timers.steps),
+                sample_tokens_s,
+                0.8 * sample_tokens_s,
+                0,
+                0,
+                0.8 * sample_tokens_s,
+                0,
+            ]
+        )
+        return original()
+
+    core.get_output = get_output
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.sample_tokens_timing", timers)
+    monkeypatch.setenv("VLLM_SAMPLE_TOKENS_TIMING", env)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    timers.steps.append([0, 1.0, 1.0, 0, 0, 1.0, 0])  # the start-up's: not this generate's
+    return core, timers
+
+
+def test_timed_generate_reads_the_series_sampler_timers_of_its_own_steps(monkeypatch):
+    core, timers = _timed_core(monkeypatch, 40e-6)
+    result = timed_generate(_LLM(core), [{}, {}], [None, None])
+    assert result["sampler"]["steps"] == 11  # the start-up's step was cleared first
+    assert result["sampler"]["sample_tokens_us"] == pytest.approx(40.0)
+    assert result["sampler"]["sample_us"] == pytest.approx(32.0)
+    assert timers.steps == []  # taken, so the next generate starts clean
+
+
+def test_timed_generate_without_timers_or_in_pristine_says_so(monkeypatch):
+    core, _ = _timed_core(monkeypatch, 40e-6, env="0")
+    assert "sampler" not in timed_generate(_LLM(core), [{}], [None])  # timers off
+    core, _ = _timed_core(monkeypatch, 40e-6)
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.sample_tokens_timing", None)  # pristine
+    assert (
+        "no sample_tokens timers"
+        in timed_generate(_LLM(core), [{}], [None])["sampler"]["unavailable"]
+    )
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert "another process" in timed_generate(_LLM(core), [{}], [None])["sampler"]["unavailable"]
+
+
+def test_timer_summary_takes_medians_in_microseconds():
+    fields = _Timers.STEP_FIELDS
+    steps = [[i, s, s / 2, 0.0, 0.0, s / 2, 0] for i, s in enumerate([1e-4, 3e-4, 2e-4])]
+    got = timer_summary({"step_fields": fields, "steps": steps, "get_output": [[5e-6]]})
+    assert got == pytest.approx(
+        {
+            "steps": 3,
+            "sample_tokens_us": 200.0,
+            "sample_us": 100.0,
+            "update_async_output_us": 0.0,
+            "ready_wait_us": 0.0,
+            "get_output_wait_us": 5.0,
+        }
+    )
+    assert "unavailable" in timer_summary({"step_fields": fields, "steps": []})
+
+
 def _with_steps(run: dict, per_step: dict[str, float]) -> dict:
     """`run` with each round's cells given engine steps: the median step of every cell is the
     same for all rounds (x `per_step`'s effect); tok/s keeps the run's noise."""
@@ -562,9 +656,36 @@ def test_the_per_step_cost_is_shown_beside_noisy_tok_s_and_not_judged(root):
     assert "| patched penalty cost per engine step (median step)" in record["tables"][0]
 
 
+def test_the_sampler_host_time_is_shown_beside_the_step_and_not_judged(root):
+    run = _with_steps(synthetic_run({"patched/pen": 0.99}, noise=0.05, n=4), {})
+    for rnd in run["rounds"]:
+        for cell, values in rnd["values"].items():
+            pen = cell.endswith("/pen")
+            values["sampler"] = {
+                "steps": 2047,
+                "sample_tokens_us": 135.0 if pen else 100.0,
+                "sample_us": 90.0 if pen else 70.0,
+            }
+            values["steps"]["median_step_ms"] = (3.1 if pen else 3.0) + 0.01 * rnd["index"]
+    record = _import(root, run)
+    assert record["outcome"] == "no difference resolved"  # judged on tok/s alone
+    host = _pooled(record, "B=64 L=2048")[
+        "patched sampler host per step (no top-k/top-p, not judged)"
+    ]
+    assert host["difference_sample_tokens_us"] == pytest.approx(35.0)
+    assert host["difference_sample_us"] == pytest.approx(20.0)
+    assert host["difference_step_us"] == pytest.approx(100.0)
+    assert host["n"] == 4 and host["plain_sample_tokens_us"] == pytest.approx(100.0)
+    assert (
+        "sample_tokens plain 100 µs, penalized 135 µs (+35 µs; engine step +100 µs)"
+        in (record["tables"][0])
+    )
+
+
 def test_runs_without_engine_steps_show_no_per_step_cost(root):
     record = _import(root, synthetic_run({"patched/pen": 0.99}, noise=0.002))
     assert not any("median step" in k for k in _pooled(record, "B=64 L=2048"))
+    assert not any("sampler host" in k for k in _pooled(record, "B=64 L=2048"))
 
 
 STAT = """cpu  900 0 90 900 9 0 0 90 0 0

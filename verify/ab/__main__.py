@@ -492,6 +492,7 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
             "token_ids_hash",
             "steps",
             "cpus",
+            "sampler",
             *PLANT_KEYS,
         )
         return {k: result[k] for k in keep if k in result}

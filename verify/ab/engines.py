@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -197,10 +198,53 @@ def cpu_shares(before: dict[str, int] | None, after: dict[str, int] | None) -> d
     return {k: v / total for k, v in {**shares, "steal": delta["steal"]}.items()}
 
 
+#: sample_tokens_timing's per-step fields (seconds) that `timer_summary` reports, in µs.
+TIMER_FIELDS = ("sample_tokens_s", "sample_s", "update_async_output_s", "ready_wait_s")
+
+
+def timer_summary(snapshot: dict) -> dict:
+    """The median host time per engine step, in µs, of each of TIMER_FIELDS in a
+    `sample_tokens_timing.snapshot()` (and of `get_output`'s waits, where any), with the
+    number of steps; {"unavailable": why} where it holds no step."""
+    fields, steps = snapshot.get("step_fields", []), snapshot.get("steps", [])
+    if not steps:
+        return {"unavailable": "the timers recorded no step"}
+    out: dict = {"steps": len(steps)}
+    for name in TIMER_FIELDS:
+        if name in fields:
+            i = fields.index(name)
+            out[name.removesuffix("_s") + "_us"] = 1e6 * statistics.median(s[i] for s in steps)
+    waits = [w[0] for w in snapshot.get("get_output", [])]
+    if waits:
+        out["get_output_wait_us"] = 1e6 * statistics.median(waits)
+    return out
+
+
+def take_sampler_timers() -> dict | None:
+    """`timer_summary` of the engine's sample_tokens timers since the last take, which clears
+    them: the series' opt-in host timers (patch 0005, VLLM_SAMPLE_TOKENS_TIMING=1), readable
+    here because the driver runs each engine core in its worker's process
+    (VLLM_ENABLE_V1_MULTIPROCESSING=0). None where they are off; {"unavailable": why} where
+    this build has none (pristine) or the engine core runs elsewhere."""
+    if os.environ.get("VLLM_SAMPLE_TOKENS_TIMING", "0").strip().lower() not in ("1", "true"):
+        return None
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+        return {"unavailable": "the engine core runs in another process"}
+    try:
+        timers = importlib.import_module("vllm.v1.worker.sample_tokens_timing")
+    except ImportError:
+        return {"unavailable": "this build has no sample_tokens timers (patch 0005)"}
+    snapshot = timers.snapshot()
+    timers.reset()
+    return timer_summary(snapshot)
+
+
 def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest, the
-    engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read) and
-    how this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal)."""
+    engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read), how
+    this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal) and, where the
+    series' timers are on, the sampler's host time per step (`take_sampler_timers`)."""
+    take_sampler_timers()  # what an earlier generate or the start-up left is not this one's
     try:
         stamps, stop = recording_steps(llm)
     except AttributeError as exc:
@@ -216,9 +260,11 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     cpus = cpu_shares(ticks, cpu_ticks())
     if stamps is not None:
         steps = step_stats(stamps)
+    timers = take_sampler_timers()
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     n_tokens = sum(len(t) for t in tokens)
     return {
+        **({"sampler": timers} if timers is not None else {}),
         "elapsed_s": elapsed,
         "output_tokens": n_tokens,
         "tok_per_s": n_tokens / elapsed,

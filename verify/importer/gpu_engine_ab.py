@@ -123,6 +123,40 @@ def median_of(rounds: list[ab_rounds.Round], cell: str, group: str, key: str) ->
     return statistics.median(found) if found else None
 
 
+def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | None:
+    """Where a penalized step's time goes, from the counted rounds whose `plain` and `pen`
+    cells both recorded the series' sampler timers (verify.ab.engines.take_sampler_timers):
+    the medians of each cell's host time per step in sample_tokens and in the sampler call
+    (µs), of their paired differences, and of the paired difference of the engines' median
+    steps (µs); None where fewer than two rounds recorded both."""
+    pairs = []
+    for rnd in (r for r in rounds if not r.warmup):
+        a, b = _diagnostics(rnd, plain, "sampler"), _diagnostics(rnd, pen, "sampler")
+        if "sample_tokens_us" in a and "sample_tokens_us" in b:
+            steps = [_diagnostics(rnd, c, "steps").get("median_step_ms") for c in (plain, pen)]
+            pairs.append((a, b, steps))
+    if len(pairs) < 2:
+        return None
+    out: dict = {"n": len(pairs)}
+    for key in ("sample_tokens_us", "sample_us"):
+        out[f"plain_{key}"] = statistics.median(a[key] for a, _, _ in pairs)
+        out[f"penalized_{key}"] = statistics.median(b[key] for _, b, _ in pairs)
+        out[f"difference_{key}"] = statistics.median(b[key] - a[key] for a, b, _ in pairs)
+    steps = [1000 * (q - p) for _, _, (p, q) in pairs if p and q]
+    out["difference_step_us"] = statistics.median(steps) if steps else None
+    return out
+
+
+def _sampler_row(label: str, host: dict) -> str:
+    step = host["difference_step_us"]
+    text = (
+        f"sample_tokens plain {host['plain_sample_tokens_us']:.0f} µs, penalized "
+        f"{host['penalized_sample_tokens_us']:.0f} µs ({host['difference_sample_tokens_us']:+.0f}"
+        f" µs; engine step {'-' if step is None else f'{step:+.0f}'} µs)"
+    )
+    return f"| {label} | {text} | - | {host['n']} | - |"
+
+
 def _kind(topkp: bool) -> str:
     return "top-k/top-p" if topkp else "no top-k/top-p"
 
@@ -168,6 +202,11 @@ def judge_stage(
                 "cpu_steal_penalized": median_of(rounds, pen, "cpus", "steal"),
             }
             rows.append(_cost_row(f"{label}, not judged", per_step))
+        host = sampler_host(rounds, plain, pen)
+        if host is not None:  # shown, not judged: where the penalized step's time goes
+            numbers[f"{variant} sampler host per step ({_kind(topkp)}, not judged)"] = host
+            label = f"{variant} sampler host time per step (median), {_kind(topkp)}, not judged"
+            rows.append(_sampler_row(label, host))
         if variant == "patched":
             what = f"{shape} {_kind(topkp)} tok/s"
             parts.append(not_slower(r, threshold, what, "penalized/plain"))
