@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -292,9 +293,25 @@ def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):
     pooled = gpu_engine_ab.penalty_cost("0.22.0")["numbers"]["pooled"]
     (h100,) = [k for k in pooled if "H100" in k]
     (h200,) = [k for k in pooled if "H200" in k]
-    assert "2 run(s): 2026-11-25T09:00: ran 5 rounds; 2026-11-25T10:00" in h100
+    assert "2 run(s): 2026-11-25T09:00: ran 5 rounds [alone: patched penalized/plain" in h100
+    assert "n=4, sd 1." in h100 and "; 2026-11-25T10:00: ran 5 rounds [alone" in h100
     cost = "patched penalized/plain (no top-k/top-p)"
     assert pooled[h100][cost]["n"] == 8 and pooled[h200][cost]["n"] == 4
+
+
+def test_each_run_of_a_pool_says_where_it_ran_and_what_it_measured_alone(root):
+    quiet, busy = (synthetic_run({"patched/pen": e}, noise, n=6) for e, noise in
+                   ((0.99, 0.002), (0.95, 0.05)))  # fmt: skip
+    busy["date"] = "2026-11-25T10:00:00+00:00"
+    busy["command"] += " PB_PARALLEL='GPU 1 of 4, CPUs 16-31 (taskset), beside 3 other jobs'"
+    for i, run in enumerate((quiet, busy)):
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    (title,) = [k for k in gpu_engine_ab.penalty_cost("0.22.0")["numbers"]["pooled"] if "B=64" in k]
+    first, second = re.findall(r"\[([^]]*)\]", title)
+    assert first.startswith("alone: patched penalized/plain 0.99") and "n=6" in first
+    assert second.startswith("beside 3 other jobs: patched penalized/plain 0.9")
+    spread = [float(re.search(r"sd ([0-9.]+)%", s).group(1)) for s in (first, second)]
+    assert spread[0] < 1.0 < spread[1]
 
 
 def test_the_reason_names_each_pools_gpu_and_seeding(root):

@@ -33,6 +33,7 @@ left out.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -364,6 +365,23 @@ HEADER = (
 )
 
 
+def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
+    """How one run of a pool measured, so that its runs can be told apart: alone on its host
+    or beside other jobs (gpu_penalties_ab_parallel.sh's PB_PARALLEL), and its own patched
+    penalized/plain tok/s (no top-k/top-p) with the spread of its rounds (sd of the log
+    ratios), where it has two rounds of both."""
+    parallel = re.search(r"beside (\d+) other jobs", run.get("command", ""))
+    where = f"beside {parallel.group(1)} other jobs" if parallel else "alone"
+    cells = stage_cells(run, stage)
+    plain, pen = cells.get(("patched", False, False)), cells.get(("patched", True, False))
+    both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
+    if not (plain and pen) or len(both) < 2:
+        return where
+    logs = [math.log(r.values[pen]["tok_per_s"] / r.values[plain]["tok_per_s"]) for r in both]
+    own, spread = math.exp(statistics.fmean(logs)), statistics.stdev(logs)
+    return f"{where}: patched penalized/plain {own:.3f}, n={len(logs)}, sd {spread:.1%}"
+
+
 @dataclass
 class Pool:
     """The measured stages of one shape and set of configs on one GPU, pooled over runs: a
@@ -378,7 +396,7 @@ class Pool:
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
-        self.runs.append(f"{run['date'][:16]}: {stage['status']}")
+        self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
     def shape(self) -> str:
