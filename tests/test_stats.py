@@ -23,6 +23,17 @@ def test_geometric_mean_and_interval_match_scipy() -> None:
     assert r.n == 6 and 0 < r.mde < 0.05
 
 
+def test_paired_spread_is_the_sd_of_the_log_ratios() -> None:
+    variant = [80.0, 83.0, 77.0, 82.0, 78.0, 81.0]
+    logs = [math.log(v / b) for b, v in zip(BASE, variant, strict=True)]
+    mean = sum(logs) / 6
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 5)
+    assert stats.paired_spread(BASE, variant) == pytest.approx(sd)
+    assert stats.paired_spread([1.0], [2.0]) is None
+    with pytest.raises(ValueError, match="non-positive"):
+        stats.paired_spread([1.0, 0.0], [1.0, 1.0])
+
+
 def test_bounds_never_negative_on_wild_rounds() -> None:
     # The serve-bench rounds that gave "p99_itl 4.063 [-4.511, 12.637]" with a symmetric t.
     r = stats.paired_ratio([4.26, 4.39, 0.0024], [3.9, 4.1, 3.7])

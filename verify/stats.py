@@ -77,15 +77,28 @@ def from_log_ratios(logs: Sequence[float]) -> Ratio:
     )
 
 
-def paired_ratio(baseline: Sequence[float], variant: Sequence[float]) -> Ratio:
-    """Ratio variant/baseline of paired rounds (``baseline[i]`` and ``variant[i]`` measured in
-    the same round). Every value must be positive: a zero or negative round measured nothing."""
+def _paired_logs(baseline: Sequence[float], variant: Sequence[float]) -> list[float]:
+    """log(variant[i] / baseline[i]) per round; every value must be positive: a zero or negative
+    round measured nothing."""
     if len(baseline) != len(variant):
         raise ValueError(f"unpaired rounds: {len(baseline)} baseline vs {len(variant)} variant")
     bad = [x for x in (*baseline, *variant) if not x > 0]
     if bad:
         raise ValueError(f"a round measured a non-positive value ({bad[0]!r}); no ratio")
-    return from_log_ratios([math.log(v / b) for b, v in zip(baseline, variant, strict=True)])
+    return [math.log(v / b) for b, v in zip(baseline, variant, strict=True)]
+
+
+def paired_ratio(baseline: Sequence[float], variant: Sequence[float]) -> Ratio:
+    """Ratio variant/baseline of paired rounds (``baseline[i]`` and ``variant[i]`` measured in
+    the same round)."""
+    return from_log_ratios(_paired_logs(baseline, variant))
+
+
+def paired_spread(baseline: Sequence[float], variant: Sequence[float]) -> float | None:
+    """The standard deviation of the per-round log ratios of paired rounds: how far one run's
+    rounds scatter (0.015 is about 1.5% per round); None with fewer than two rounds."""
+    logs = _paired_logs(baseline, variant)
+    return statistics.stdev(logs) if len(logs) > 1 else None
 
 
 def ratio_of_ratios(rounds: Sequence[float]) -> Ratio:

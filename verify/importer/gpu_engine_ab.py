@@ -33,7 +33,6 @@ left out.
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -377,9 +376,9 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
     if not (plain and pen) or len(both) < 2:
         return where
-    logs = [math.log(r.values[pen]["tok_per_s"] / r.values[plain]["tok_per_s"]) for r in both]
-    own, spread = math.exp(statistics.fmean(logs)), statistics.stdev(logs)
-    return f"{where}: patched penalized/plain {own:.3f}, n={len(logs)}, sd {spread:.1%}"
+    own = ratio(both, plain, pen)
+    spread = stats.paired_spread(*([r.values[c]["tok_per_s"] for r in both] for c in (plain, pen)))
+    return f"{where}: patched penalized/plain {own.ratio:.3f}, n={own.n}, sd {spread:.1%}"
 
 
 @dataclass
