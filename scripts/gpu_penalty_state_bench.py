@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """V1 device penalty state (0.22.0 patch 0011), two forms side by side, timed the way the
-model runner calls them: `record_sampled` (after each sampling step) and the penalty kernel
-(`PenaltyState._apply_one_pass`, float32 CUDA logits).
+model runner calls them: `record_sampled` (after each sampling step) and `PenaltyState.apply`
+(the sampler's call: the penalty kernel on float32 CUDA logits).
 
     python3 scripts/gpu_penalty_state_bench.py --variant old=FILE --variant new=FILE \\
         --out $OUT/gpu/micro-penalty-state.json
@@ -107,11 +107,11 @@ def apply_case(classes, device, rows: int, prompt_len: int, output_len: int, den
     logits = torch.randn(rows, VOCAB, generator=g).to(device)
     presence = -PENALTIES[0] if dense else PENALTIES[0]  # a sign bit: every logit is touched
     pens = [torch.full((rows,), p, device=device) for p in (presence, *PENALTIES[1:])]
-    outs = {n: s._apply_one_pass(logits.clone(), *pens) for n, s in states.items()}
+    outs = {n: s.apply(logits.clone(), *pens) for n, s in states.items()}
     bits = [o.view(torch.int32) for o in outs.values()]
     same = all(torch.equal(b, bits[0]) for b in bits)
     work = {n: logits.clone() for n in states}
-    fns = {n: (lambda s=s, w=work[n]: s._apply_one_pass(w, *pens)) for n, s in states.items()}
+    fns = {n: (lambda s=s, w=work[n]: s.apply(w, *pens)) for n, s in states.items()}
     return fns, same
 
 

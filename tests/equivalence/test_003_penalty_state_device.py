@@ -26,6 +26,12 @@ listed, a rebuild that keeps a slot's old list, a kernel that walks only the lis
 rows with a negative or -0.0 penalty) must make the same sequences fail
 (`test_mutant_is_detected`; `PATCHBENCH_PENALTY_STATE_MUTANT=<name>` applies one to every
 test, for counting failures by hand).
+
+On CUDA both kernels are launched through the patch's `KernelLauncher`, which calls the compiled
+kernel of a known specialization directly. With a stand-in kernel it must take Triton's own path
+for every new specialization (a misaligned tensor, another dtype, another int or constexpr) and
+the compiled kernel only for a known one; launch keys that forget the alignment or the ints must
+fail that (`test_launch_key_mutant_is_detected`).
 """
 
 from __future__ import annotations
@@ -623,3 +629,71 @@ def test_no_state_without_penalties(mods, monkeypatch):  # noqa: F811
 @pytest.mark.parametrize("device,expected", [("cpu", False), ("cuda", True), ("xpu", True)])
 def test_which_devices_keep_the_state(state_mod, device, expected):
     assert state_mod.use_penalty_state(torch.device(device)) is expected
+
+
+# The launcher of the CUDA path, with a stand-in kernel ------------------------------------
+
+
+class _FakeCompiled:
+    function = object()
+    packed_metadata = ()
+
+    def __init__(self):
+        self.launches: list[tuple] = []
+
+    def run(self, *launch_args):
+        self.launches.append(launch_args)
+
+
+class _FakeKernel:
+    """Triton's own launch path: records the call, returns the compiled kernel."""
+
+    def __init__(self, compiled: _FakeCompiled):
+        self.compiled, self.slow = compiled, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **options):
+            self.slow.append(args)
+            return self.compiled
+
+        return launch
+
+
+def _launches_right_kernel(state_mod, monkeypatch) -> bool:
+    """Each specialization's first launch takes Triton's path, its second the compiled kernel."""
+    monkeypatch.setattr(state_mod, "_launch_hooks_set", lambda: False)
+    t = torch.zeros(64, dtype=torch.int32)
+    specializations = [(t, 5, 512), (t[1:], 5, 512), (t.view(torch.float32), 5, 512),
+                       (t, 16, 512), (t, 5, 256)]  # fmt: skip
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    launch = state_mod.KernelLauncher(kernel)
+    launch._stream = lambda device: 0
+    for args in specializations:
+        launch((1, 1, 1), *args)
+    fresh = len(kernel.slow) == len(specializations) and not compiled.launches
+    for args in specializations:
+        launch((1, 1, 1), *args)
+    return fresh and len(kernel.slow) == len(compiled.launches) == len(specializations)
+
+
+LAUNCH_KEY_MUTANTS = {
+    "no-alignment": lambda device, args: (
+        device,
+        *[a.dtype if isinstance(a, torch.Tensor) else a for a in args],
+    ),
+    "no-ints": lambda device, args: (
+        device,
+        *[(a.dtype, a.data_ptr() % 16) for a in args if isinstance(a, torch.Tensor)],
+    ),
+}
+
+
+def test_launcher_relaunches_each_new_specialization(state_mod, monkeypatch):
+    assert _launches_right_kernel(state_mod, monkeypatch)
+
+
+@pytest.mark.parametrize("mutant", sorted(LAUNCH_KEY_MUTANTS))
+def test_launch_key_mutant_is_detected(state_mod, monkeypatch, mutant):
+    monkeypatch.setattr(state_mod, "_specialization_key", LAUNCH_KEY_MUTANTS[mutant])
+    assert not _launches_right_kernel(state_mod, monkeypatch)
