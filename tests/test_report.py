@@ -266,3 +266,16 @@ def test_counts_of_an_identity_record():
     assert report.counts([_record("e2e-x", "fail", "differ", numbers=numbers)]) == (
         "6 of 12 requests identical (pristine with itself: 12 of 12)"
     )
+
+
+def test_ratio_table_names_a_nested_group_once():
+    r = {"ratio": 1.01, "low": 0.99, "high": 1.03, "n": 9, "mde": 0.02}
+    numbers = {"top": r, "pooled": {"B=32 (5 runs: a long title)": {"cost": r, "A/A": r}}}
+    rows = report.ratio_table(numbers)
+    assert [row.split(" | ")[0] for row in rows[2:]] == [
+        "| top",
+        "| **pooled / B=32 (5 runs: a long title)**",
+        "| cost",
+        "| A/A",
+    ]
+    assert sum("a long title" in row for row in rows) == 1

@@ -54,13 +54,20 @@ def _fmt(value: Any) -> str:
 
 def _ratio_rows(numbers: dict[str, Any], prefix: str = "") -> list[tuple[str, dict]]:
     """(name, ratio dict) of every verify.stats ratio ({ratio, low, high, n, mde}) found in
-    `numbers`, nested dicts included; older ratio formats are left to the appendix."""
+    `numbers`, nested dicts included (named `parent / key`); older ratio formats are left to
+    the appendix."""
+    return [(group + name, r) for group, name, r in _grouped_ratio_rows(numbers, prefix)]
+
+
+def _grouped_ratio_rows(numbers: dict[str, Any], group: str = "") -> list[tuple[str, str, dict]]:
+    """(group, name, ratio dict) of `_ratio_rows`: the group is the path of the nested dict
+    that holds the ratio (`a / b / `), "" at the top."""
     found = []
     for key, value in numbers.items():
         if isinstance(value, dict) and {"ratio", "low", "high", "n"} <= set(value):
-            found.append((prefix + key, value))
+            found.append((group, key, value))
         elif isinstance(value, dict):
-            found += _ratio_rows(value, f"{prefix}{key} / ")
+            found += _grouped_ratio_rows(value, f"{group}{key} / ")
     return found
 
 
@@ -74,14 +81,20 @@ def _ratio_text(r: dict) -> str:
 
 
 def ratio_table(numbers: dict[str, Any], limit: int = MAX_ROWS, prefix: str = "") -> list[str]:
-    rows = [(prefix + name, r) for name, r in _ratio_rows(numbers)]
+    """The ratios of `numbers` as a table; ratios of one nested dict come under one bold row
+    naming it, so a long parent name (e.g. a pool of runs) is written once."""
+    rows = _grouped_ratio_rows(numbers)
     if not rows:
         return []
     out = ["| measure | patched / pristine (95% CI) | rounds | MDE |", "|---|---|---|---|"]
-    for name, r in rows[:limit]:
+    current = None
+    for group, name, r in rows[:limit]:
+        if group and group != current:
+            out.append(f"| **{prefix}{group.removesuffix(' / ')}** | | | |")
+        current = group
         mde = r.get("mde")
         out.append(
-            f"| {name} | {_ratio_text(r)} | {r.get('n', '-')} "
+            f"| {name if group else prefix + name} | {_ratio_text(r)} | {r.get('n', '-')} "
             f"| {f'{mde:.1%}' if isinstance(mde, float) else '-'} |"
         )
     if len(rows) > limit:
