@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from verify.ab import engines
 from verify.ab import rounds as ab_rounds
 from verify.ab.__main__ import (
     Stage,
@@ -31,6 +32,7 @@ from verify.ab.engines import (
     cpu_ticks,
     split_cpus,
     step_stats,
+    thread_cpu,
     timed_generate,
     timer_summary,
 )
@@ -551,6 +553,22 @@ def test_timed_generate_records_the_engine_steps_and_restores_the_core():
     assert result["steps"]["steps"] == 30
     assert result["steps"]["median_step_ms"] == pytest.approx(4.0)
     assert "get_output" not in vars(core)  # the class's method again
+
+
+def test_timed_generate_samples_the_cpus_its_thread_ran_on(monkeypatch):
+    ran_on = iter([3, 3, 5])
+    monkeypatch.setattr(engines, "thread_cpu", lambda: next(ran_on))
+    core = _Core(_stamps(0.004, 3 * engines.CPU_SAMPLE_EVERY - 1, batch=2))  # 3 samples
+    result = timed_generate(_LLM(core), [{}, {}], [None, None])
+    assert result["thread_cpus"] == {"3": 2, "5": 1}
+
+
+def test_thread_cpu_reads_field_39_of_the_threads_stat():
+    name = "(a name) with (parens)"
+    fields = ["S", *map(str, range(4, 39)), "11", "0"]  # fields 3..40; field 39 is 11
+    assert thread_cpu(f"123 {name} " + " ".join(fields)) == 11
+    assert thread_cpu("123 (short) S 1 2") is None
+    assert thread_cpu() is not None  # this machine's own, where /proc has it
 
 
 def test_timed_generate_without_an_engine_core_still_times_the_batch():

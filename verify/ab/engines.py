@@ -120,11 +120,19 @@ def step_stats(stamps: list[tuple[float, int]]) -> dict:
     }
 
 
-def recording_steps(llm) -> tuple[list[tuple[float, int]], Callable[[], None]]:
+#: Every this many engine-core output batches, the CPU the reading thread runs on is sampled.
+CPU_SAMPLE_EVERY = 32
+
+
+def recording_steps(
+    llm, thread_cpus: dict[int, int] | None = None
+) -> tuple[list[tuple[float, int]], Callable[[], None]]:
     """Record `(timestamp, outputs)` of every engine-core output batch the `LLM` reads (the V1
     engine core's own `EngineCoreOutputs.timestamp`, else this process's clock); returns the
-    list and a function that stops recording. Raises AttributeError where the engine has no
-    `engine_core.get_output` (not a V1 `LLMEngine`)."""
+    list and a function that stops recording. Where `thread_cpus` is given, it counts the CPU
+    the reading thread (in-process: the engine's main thread) runs on every CPU_SAMPLE_EVERY
+    batches. Raises AttributeError where the engine has no `engine_core.get_output` (not a V1
+    `LLMEngine`)."""
     core = llm.llm_engine.engine_core
     stamps: list[tuple[float, int]] = []
     original = core.get_output
@@ -133,6 +141,10 @@ def recording_steps(llm) -> tuple[list[tuple[float, int]], Callable[[], None]]:
         outputs = original(*args, **kwargs)
         when = getattr(outputs, "timestamp", 0.0) or time.monotonic()
         stamps.append((when, len(getattr(outputs, "outputs", ()) or ())))
+        if thread_cpus is not None and len(stamps) % CPU_SAMPLE_EVERY == 1:
+            cpu = thread_cpu()
+            if cpu is not None:
+                thread_cpus[cpu] = thread_cpus.get(cpu, 0) + 1
         return outputs
 
     own = getattr(core, "__dict__", {}).get("get_output")  # put back by stop()
@@ -145,6 +157,16 @@ def recording_steps(llm) -> tuple[list[tuple[float, int]], Callable[[], None]]:
             core.get_output = own
 
     return stamps, stop
+
+
+def thread_cpu(stat: str | None = None) -> int | None:
+    """The CPU the calling thread last ran on (field 39 of /proc/thread-self/stat); None where
+    it cannot be read. `stat`: the file's text (tests)."""
+    try:
+        text = stat if stat is not None else Path("/proc/thread-self/stat").read_text()
+        return int(text.rsplit(")", 1)[1].split()[36])  # fields after the name start at 3
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 #: /proc/stat's per-CPU fields, in order (man 5 proc); guest time is already in user/nice.
@@ -242,11 +264,14 @@ def take_sampler_timers() -> dict | None:
 def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     """One `LLM.generate` of the whole batch: wall seconds, tokens, tok/s, token-id digest, the
     engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read), how
-    this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal) and, where the
-    series' timers are on, the sampler's host time per step (`take_sampler_timers`)."""
+    this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal), which CPUs the
+    engine's main thread ran on (`thread_cpus`: samples per CPU, to tell a whole cell run slow
+    on one CPU from a slow host) and, where the series' timers are on, the sampler's host time
+    per step (`take_sampler_timers`)."""
     take_sampler_timers()  # what an earlier generate or the start-up left is not this one's
+    thread_cpus: dict[int, int] = {}
     try:
-        stamps, stop = recording_steps(llm)
+        stamps, stop = recording_steps(llm, thread_cpus)
     except AttributeError as exc:
         stamps, stop = None, None
         steps = {"unavailable": f"no engine-core outputs to time: {exc}"}
@@ -272,6 +297,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "first_tokens": tokens[0][:16],
         "steps": steps,
         "cpus": cpus,
+        "thread_cpus": {str(cpu): n for cpu, n in sorted(thread_cpus.items())},
     }
 
 
