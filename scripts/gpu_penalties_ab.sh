@@ -27,6 +27,10 @@
 #                             cell runs at the speed of the CPU its main thread lands on) and run
 #                             both engines on the N fastest (taskset; the probe -> $OUT/gpu/
 #                             TAG-cpu-probe.json, recorded as PB_FAST_CPUS=N (cpus))
+#   PB_HOP_CPUS_EVERY=0       K: each engine's main thread moves to the next of its CPUs every K
+#                             engine steps (the probe saw each vCPU run at full or half speed for
+#                             seconds at a time: hopping spreads a cell over all CPUs' states;
+#                             recorded per cell as `cpu_hops`)
 #   PB_TIMERS=0               1: the series' sampler timers on (VLLM_SAMPLE_TOKENS_TIMING=1,
 #                             patch 0005): each series/patched cell records its sample_tokens
 #                             host time per step, shown beside the step time, not judged
@@ -61,6 +65,7 @@ knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB
 knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
 [ "${PB_PIN_ENGINES:-0}" = 1 ] && knobs+=" PB_PIN_ENGINES=1"
 [ -n "${PB_FAST_PINNED:-}" ] && knobs+=" PB_FAST_CPUS=$PB_FAST_CPUS ($PB_FAST_PINNED)"
+[ "${PB_HOP_CPUS_EVERY:-0}" != 0 ] && knobs+=" PB_HOP_CPUS_EVERY=$PB_HOP_CPUS_EVERY"
 [ "${PB_TIMERS:-0}" = 1 ] && knobs+=" PB_TIMERS=1" && export VLLM_SAMPLE_TOKENS_TIMING=1
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \

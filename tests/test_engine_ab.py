@@ -800,3 +800,37 @@ def test_pin_cpus_gives_each_engine_its_own_share(tmp_path):
     assert other.exists()
     workers = json.loads(out.read_text())["workers"]
     assert workers["a"]["cpus"] == workers["b"]["cpus"] == mine
+
+
+def test_cpu_hopper_moves_the_thread_every_k_ticks_through_every_cpu_and_restores():
+    calls: list[set] = []
+    hopper = engines.CpuHopper(
+        [7, 2, 5], every=2, setaffinity=lambda _pid, cpus: calls.append(cpus)
+    )
+    start = hopper.cpus[hopper._next]
+    for _ in range(6):
+        hopper.tick()
+    assert len(calls) == 3  # ticks 1, 3 and 5
+    assert sorted(next(iter(c)) for c in calls) == [2, 5, 7] and calls[0] == {start}
+    hopper.restore()
+    assert calls[-1] == {2, 5, 7}
+    assert hopper.summary() == {"every": 2, "hops": 3, "cpus": "2,5,7"}
+
+
+def test_hopper_from_env_is_off_by_default_and_names_a_bad_value():
+    assert engines.hopper_from_env({}) is None
+    assert engines.hopper_from_env({engines.HOP_ENV: "0"}) is None
+    with pytest.raises(engines.EngineError, match="PB_HOP_CPUS_EVERY='often'"):
+        engines.hopper_from_env({engines.HOP_ENV: "often"})
+
+
+def test_timed_generate_hops_the_cpu_when_asked(monkeypatch):
+    moves: list[set] = []
+    monkeypatch.setenv(engines.HOP_ENV, "4")
+    monkeypatch.setattr(engines.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
+    monkeypatch.setattr(engines.os, "sched_setaffinity", lambda _pid, cpus: moves.append(cpus))
+    stamps = _stamps(0.004, 12, batch=2)
+    result = timed_generate(_LLM(_Core(stamps)), [{}, {}], [None, None])
+    assert result["cpu_hops"]["hops"] == len(range(0, len(stamps), 4))  # batches 1, 5, 9, ...
+    assert result["cpu_hops"]["every"] == 4
+    assert moves[-1] == {0, 1, 2}  # all CPUs back after the cell

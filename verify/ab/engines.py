@@ -122,17 +122,54 @@ def step_stats(stamps: list[tuple[float, int]]) -> dict:
 
 #: Every this many engine-core output batches, the CPU the reading thread runs on is sampled.
 CPU_SAMPLE_EVERY = 32
+#: Environment of a worker: every this many engine-core output batches, move the engine's main
+#: thread to the next CPU it may run on (unset or 0: never). On a shared VM each vCPU runs at
+#: full or about half speed for seconds at a time (verify.gpu.cpu_probe), and a host-bound cell
+#: runs at the speed of the CPU its thread stays on; hopping spreads each cell over all CPUs.
+HOP_ENV = "PB_HOP_CPUS_EVERY"
+
+
+class CpuHopper:
+    """Moves the calling thread to the next of `cpus` (from a random one) every `every` ticks;
+    `restore` gives it all of them back. `setaffinity`: os.sched_setaffinity (tests)."""
+
+    def __init__(self, cpus: list[int], every: int, setaffinity=None) -> None:
+        self.cpus, self.every = sorted(cpus), every
+        self._set = setaffinity or os.sched_setaffinity
+        self._next, self.ticks, self.hops = random.randrange(len(self.cpus)), 0, 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if (self.ticks - 1) % self.every == 0:
+            self._set(0, {self.cpus[self._next]})
+            self._next, self.hops = (self._next + 1) % len(self.cpus), self.hops + 1
+
+    def restore(self) -> None:
+        self._set(0, set(self.cpus))
+
+    def summary(self) -> dict:
+        return {"every": self.every, "hops": self.hops, "cpus": compact_cpus(self.cpus)}
+
+
+def hopper_from_env(env: dict | None = None) -> CpuHopper | None:
+    """A CpuHopper over this thread's CPUs where HOP_ENV asks for one; a named error for a
+    value that is not a whole number."""
+    value = (os.environ if env is None else env).get(HOP_ENV, "").strip() or "0"
+    if not value.isdigit():
+        raise EngineError(f"{HOP_ENV}={value!r}: give a whole number of steps (0: off)")
+    cpus = sorted(os.sched_getaffinity(0))
+    return CpuHopper(cpus, int(value)) if int(value) > 0 and len(cpus) > 1 else None
 
 
 def recording_steps(
-    llm, thread_cpus: dict[int, int] | None = None
+    llm, thread_cpus: dict[int, int] | None = None, hopper: CpuHopper | None = None
 ) -> tuple[list[tuple[float, int]], Callable[[], None]]:
     """Record `(timestamp, outputs)` of every engine-core output batch the `LLM` reads (the V1
     engine core's own `EngineCoreOutputs.timestamp`, else this process's clock); returns the
     list and a function that stops recording. Where `thread_cpus` is given, it counts the CPU
     the reading thread (in-process: the engine's main thread) runs on every CPU_SAMPLE_EVERY
-    batches. Raises AttributeError where the engine has no `engine_core.get_output` (not a V1
-    `LLMEngine`)."""
+    batches; where `hopper` is given, it ticks once per batch. Raises AttributeError where the
+    engine has no `engine_core.get_output` (not a V1 `LLMEngine`)."""
     core = llm.llm_engine.engine_core
     stamps: list[tuple[float, int]] = []
     original = core.get_output
@@ -145,6 +182,8 @@ def recording_steps(
             cpu = thread_cpu()
             if cpu is not None:
                 thread_cpus[cpu] = thread_cpus.get(cpu, 0) + 1
+        if hopper is not None:
+            hopper.tick()
         return outputs
 
     own = getattr(core, "__dict__", {}).get("get_output")  # put back by stop()
@@ -267,11 +306,12 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal), which CPUs the
     engine's main thread ran on (`thread_cpus`: samples per CPU, to tell a whole cell run slow
     on one CPU from a slow host) and, where the series' timers are on, the sampler's host time
-    per step (`take_sampler_timers`)."""
+    per step (`take_sampler_timers`); with HOP_ENV set, the thread's CPU hops (`cpu_hops`)."""
     take_sampler_timers()  # what an earlier generate or the start-up left is not this one's
     thread_cpus: dict[int, int] = {}
+    hopper = hopper_from_env()
     try:
-        stamps, stop = recording_steps(llm, thread_cpus)
+        stamps, stop = recording_steps(llm, thread_cpus, hopper)
     except AttributeError as exc:
         stamps, stop = None, None
         steps = {"unavailable": f"no engine-core outputs to time: {exc}"}
@@ -281,6 +321,8 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     finally:
         if stop is not None:
             stop()
+        if hopper is not None:
+            hopper.restore()
     elapsed = time.perf_counter() - t0
     cpus = cpu_shares(ticks, cpu_ticks())
     if stamps is not None:
@@ -298,6 +340,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "steps": steps,
         "cpus": cpus,
         "thread_cpus": {str(cpu): n for cpu, n in sorted(thread_cpus.items())},
+        **({"cpu_hops": hopper.summary()} if hopper is not None else {}),
     }
 
 
