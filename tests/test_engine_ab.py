@@ -389,7 +389,8 @@ def handle(request):
     elapsed = 50.0 * (2 if config.get("presence_penalty") else 1)  # claimed, not slept
     return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
             "token_ids_hash": json.dumps(sorted(config)), "first_tokens": [],
-            "sampler": {"steps": 8, "sample_tokens_us": 40.0}}
+            "sampler": {"steps": 8, "sample_tokens_us": 40.0}, "thread_cpus": {"3": 2},
+            "cpu_hops": {"every": 16, "hops": 4, "cpus": "0-3"}}
 serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None,
                                 "cpus": sorted(os.sched_getaffinity(0))})
 """
@@ -426,7 +427,9 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     assert rc == 0 and record["kind"] == "engine-ab"
     first, second = record["stages"]
     assert first["status"] == "ran 3 rounds" and len(first["rounds"]) == 3
-    assert record["rounds"][0]["values"]["a/pen"]["sampler"]["sample_tokens_us"] == 40.0
+    cell = record["rounds"][0]["values"]["a/pen"]
+    assert cell["sampler"]["sample_tokens_us"] == 40.0
+    assert cell["thread_cpus"] == {"3": 2} and cell["cpu_hops"]["hops"] == 4  # where it ran
     assert second["status"].startswith("not run: out of time") and second["rounds"] == []
     cost, big = record["comparisons"]
     assert cost["ratio"] == pytest.approx(0.5) and cost["n"] == 3

@@ -492,6 +492,8 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
             "token_ids_hash",
             "steps",
             "cpus",
+            "thread_cpus",
+            "cpu_hops",
             "sampler",
             *PLANT_KEYS,
         )
