@@ -306,11 +306,13 @@ def test_each_run_of_a_pool_says_where_it_ran_and_what_it_measured_alone(root):
                    ((0.99, 0.002), (0.95, 0.05)))  # fmt: skip
     busy["date"] = "2026-11-25T10:00:00+00:00"
     busy["command"] += " PB_PARALLEL='GPU 1 of 4, CPUs 16-31 (taskset), beside 3 other jobs'"
+    quiet["command"] += " PB_HOP_CPUS_EVERY=16"
     for i, run in enumerate((quiet, busy)):
         (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
     (title,) = [k for k in gpu_engine_ab.penalty_cost("0.22.0")["numbers"]["pooled"] if "B=64" in k]
     first, second = re.findall(r"\[([^]]*)\]", title)
-    assert first.startswith("alone: patched penalized/plain 0.99") and "n=6" in first
+    assert first.startswith("alone, engine threads hopping CPUs every 16 steps: patched")
+    assert "penalized/plain 0.99" in first and "n=6" in first
     assert second.startswith("beside 3 other jobs: patched penalized/plain 0.9")
     spread = [float(re.search(r"sd ([0-9.]+)%", s).group(1)) for s in (first, second)]
     assert spread[0] < 1.0 < spread[1]
@@ -837,3 +839,17 @@ def test_timed_generate_hops_the_cpu_when_asked(monkeypatch):
     assert result["cpu_hops"]["hops"] == len(range(0, len(stamps), 4))  # batches 1, 5, 9, ...
     assert result["cpu_hops"]["every"] == 4
     assert moves[-1] == {0, 1, 2}  # all CPUs back after the cell
+
+
+def test_thread_cpu_samples_see_every_cpu_a_hopping_thread_ran_on(monkeypatch):
+    current = {"cpu": 0}
+    monkeypatch.setenv(engines.HOP_ENV, "16")
+    monkeypatch.setattr(engines.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    monkeypatch.setattr(
+        engines.os, "sched_setaffinity", lambda _pid, cpus: current.update(cpu=min(cpus))
+    )
+    monkeypatch.setattr(engines, "thread_cpu", lambda: current["cpu"])
+    stamps = _stamps(0.003, 2047, batch=32)  # a B=32 L=2048 cell
+    result = timed_generate(_LLM(_Core(stamps)), [{}] * 32, [None] * 32)
+    assert result["cpu_hops"]["hops"] > 100
+    assert sorted(map(int, result["thread_cpus"])) == list(range(16))

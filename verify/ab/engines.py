@@ -120,8 +120,9 @@ def step_stats(stamps: list[tuple[float, int]]) -> dict:
     }
 
 
-#: Every this many engine-core output batches, the CPU the reading thread runs on is sampled.
-CPU_SAMPLE_EVERY = 32
+#: Every this many engine-core output batches, the CPU the reading thread runs on is sampled
+#: (prime: with HOP_ENV's hops every 16 or 32 batches, the samples still see every CPU).
+CPU_SAMPLE_EVERY = 31
 #: Environment of a worker: every this many engine-core output batches, move the engine's main
 #: thread to the next CPU it may run on (unset or 0: never). On a shared VM each vCPU runs at
 #: full or about half speed for seconds at a time (verify.gpu.cpu_probe), and a host-bound cell

@@ -366,11 +366,15 @@ HEADER = (
 
 def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     """How one run of a pool measured, so that its runs can be told apart: alone on its host
-    or beside other jobs (gpu_penalties_ab_parallel.sh's PB_PARALLEL), and its own patched
+    or beside other jobs (gpu_penalties_ab_parallel.sh's PB_PARALLEL), whether its engine
+    threads hopped CPUs (PB_HOP_CPUS_EVERY), and its own patched
     penalized/plain tok/s (no top-k/top-p) with the spread of its rounds (sd of the log
     ratios), where it has two rounds of both."""
     parallel = re.search(r"beside (\d+) other jobs", run.get("command", ""))
     where = f"beside {parallel.group(1)} other jobs" if parallel else "alone"
+    hop = re.search(r"PB_HOP_CPUS_EVERY=(\d+)", run.get("command", ""))
+    if hop:  # verify.ab.engines.CpuHopper: each cell spread over all CPUs
+        where += f", engine threads hopping CPUs every {hop.group(1)} steps"
     cells = stage_cells(run, stage)
     plain, pen = cells.get(("patched", False, False)), cells.get(("patched", True, False))
     both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
