@@ -244,6 +244,17 @@ def test_tokens_are_not_judged_without_a_second_engine_of_the_baseline(root):
     assert "differ; not judged" in shape["tokens patched vs series (penalized, no top-k/top-p)"]
 
 
+def test_a_second_engine_of_the_series_shows_its_own_plain_aa_beside_not_judged(root):
+    run = synthetic_run({"series2/plain": 0.97, "series2/pen": 0.97}, 0.002, control=True)
+    record = _import(root, run)
+    aa = _pooled(record, "B=64 L=2048")[
+        "series2/series (plain, no top-k/top-p, one build, not judged)"
+    ]
+    assert aa["ratio"] == pytest.approx(0.97, abs=0.01)
+    assert record["outcome"] == "pass"  # shown, never a verdict part
+    assert "two engines of one build" in record["tables"][0]
+
+
 def test_tokens_are_inconclusive_when_the_control_engines_disagree(root):
     run = synthetic_run(
         {}, 0.002, tokens={"patched/pen": "other", "series2/pen": "x"}, control=True

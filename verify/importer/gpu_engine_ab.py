@@ -14,7 +14,9 @@ slower", the registry step's threshold, 2%):
   do the same work in both builds (0011's state holds no row when no request has a penalty:
   record_sampled returns after one host check per step), so patched/series on plain is the
   two engines' A/A: it is judged (a plain-path regression would fail it) and reported as the
-  engines' difference. The penalized comparison is judged with that difference taken out:
+  engines' difference; where a run has a second engine of a build (`series2`), that build's
+  own plain A/A is shown beside it, not judged (how far two engines of one build differ).
+  The penalized comparison is judged with that difference taken out:
   patched's penalized/plain over the series' penalized/plain, paired by round
   (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
 - tokens: patched identical to the series (and pristine) per config, judged only where the run
@@ -217,6 +219,16 @@ def judge_stage(
             numbers[f"patched/series ({label})"] = path.as_dict()
             rows.append(_cost_row(f"patched / series, {label}", path, cost=False))
             parts.append(not_slower(path, threshold, f"{shape} {label}", "patched/series"))
+    for (variant, pen, topkp), cell in cells.items():  # two engines of one build, plain
+        first = cells.get((variant[:-1], pen, topkp)) if variant.endswith("2") else None
+        same_build = ratio(rounds, first, cell) if first and not pen else None
+        if same_build is not None:  # shown beside patched/series on plain, not judged
+            what = f"{variant}/{variant[:-1]} (plain, {_kind(topkp)}, one build, not judged)"
+            numbers[what] = same_build.as_dict()
+            label = f"{variant} / {variant[:-1]} tok/s, plain, {_kind(topkp)}"
+            rows.append(
+                _cost_row(f"{label} (two engines of one build), not judged", same_build, cost=False)
+            )
     for base in BASELINES:
         for (variant, pen, topkp), cell in cells.items():
             other = cells.get((base, pen, topkp))
