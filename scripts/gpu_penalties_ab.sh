@@ -23,10 +23,6 @@
 #   PB_PIN_ENGINES=0          1: each engine pinned to its own half of the call's CPUs (does it
 #                             steady a host-bound step, whose speed varies from cell to cell
 #                             unpinned? recorded per worker as `cpus`)
-#   PB_FAST_CPUS=0            N: time each CPU first (python -m verify.gpu.cpu_probe; a host-bound
-#                             cell runs at the speed of the CPU its main thread lands on) and run
-#                             both engines on the N fastest (taskset; the probe -> $OUT/gpu/
-#                             TAG-cpu-probe.json, recorded as PB_FAST_CPUS=N (cpus))
 #   PB_HOP_CPUS_EVERY=0       K: each engine's main thread moves to the next of its CPUs every K
 #                             engine steps (the probe saw each vCPU run at full or half speed for
 #                             seconds at a time: hopping spreads a cell over all CPUs' states;
@@ -48,13 +44,6 @@ export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
 export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
 deadline=${PB_DEADLINE:-540}
 OUT=${OUT:-/tmp/pb-out}
-if [ "${PB_FAST_CPUS:-0}" -gt 0 ] && [ -z "${PB_FAST_PINNED:-}" ]; then
-  mkdir -p "$OUT/gpu"
-  cpus=$(python3 -m verify.gpu.cpu_probe --rounds 16 --fastest "$PB_FAST_CPUS" \
-    --out "$OUT/gpu/$tag-cpu-probe.json" | tee /dev/stderr | tail -n 1) || exit 6
-  echo "both engines on the $PB_FAST_CPUS fastest CPUs: $cpus"
-  PB_DEADLINE=$((deadline - SECONDS)) PB_FAST_PINNED=$cpus exec taskset -c "$cpus" bash "$0" "$@"
-fi
 work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
 overlay=$PWD/.gpu/overlay/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_overlay
@@ -64,7 +53,6 @@ knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB
 knobs+=" PB_SAMPLING='$PB_SAMPLING' PB_SERIES=$PB_SERIES PB_ROUNDS=$PB_ROUNDS PB_SEEDED=$PB_SEEDED"
 knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
 [ "${PB_PIN_ENGINES:-0}" = 1 ] && knobs+=" PB_PIN_ENGINES=1"
-[ -n "${PB_FAST_PINNED:-}" ] && knobs+=" PB_FAST_CPUS=$PB_FAST_CPUS ($PB_FAST_PINNED)"
 [ "${PB_HOP_CPUS_EVERY:-0}" != 0 ] && knobs+=" PB_HOP_CPUS_EVERY=$PB_HOP_CPUS_EVERY"
 [ "${PB_TIMERS:-0}" = 1 ] && knobs+=" PB_TIMERS=1" && export VLLM_SAMPLE_TOKENS_TIMING=1
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
