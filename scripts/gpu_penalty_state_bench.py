@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """V1 device penalty state (0.22.0 patch 0011), two forms side by side, timed the way the
-model runner calls them: `record_sampled` (after each sampling step) and `PenaltyState.apply`
-(the sampler's call: the penalty kernel on float32 CUDA logits).
+model runner calls them: `record_sampled` (after each sampling step), `PenaltyState.apply`
+(the sampler's call: the penalty kernel on float32 CUDA logits) and a decode step's pair of
+them (`step`: apply, then record_sampled; a form that counts a step's ids in the next penalty
+launch does one launch per step there).
 
     python3 scripts/gpu_penalty_state_bench.py --variant old=FILE --variant new=FILE \\
         --out $OUT/gpu/micro-penalty-state.json
@@ -74,6 +76,7 @@ def record_fn(state, sampled, discard, rows):
 
 
 def counts(state, rows: int) -> torch.Tensor:
+    getattr(state, "record_pending", lambda: None)()  # ids a form keeps pending, counted
     slots = torch.from_numpy(state.row_slot[:rows].astype(np.int64))
     table = state.state[slots.clamp(min=0).to(state.state.device), :VOCAB].cpu()
     return table[slots >= 0]
@@ -115,6 +118,39 @@ def apply_case(classes, device, rows: int, prompt_len: int, output_len: int, den
     return fns, same
 
 
+def step_case(classes, device, rows: int, prompt_len: int, output_len: int):
+    """(fns, check) of a decode step's penalty path: apply on [rows, VOCAB] float32 logits,
+    then record_sampled of the same ids; three steps each must leave the same logits and
+    counts in every variant."""
+    with_slot = [True] * rows
+    states = {
+        n: make_state(c, device, rows, with_slot, prompt_len, output_len)
+        for n, c in classes.items()
+    }
+    g = torch.Generator().manual_seed(output_len + 1)
+    logits = torch.randn(rows, VOCAB, generator=g).to(device)
+    sampled = torch.randint(0, VOCAB, (rows, 1), dtype=torch.int32, generator=g).to(device)
+    keep = torch.zeros(MAX_NUM_REQS, dtype=torch.bool, device=device)
+    pens = [torch.full((rows,), p, device=device) for p in PENALTIES]
+    work = {n: logits.clone() for n in states}
+
+    def step(state, out):
+        state.apply(out, *pens)
+        record_fn(state, sampled, keep, rows)()
+
+    outs = {}
+    for n, state in states.items():
+        for _ in range(3):
+            outs[n] = logits.clone()
+            step(state, outs[n])
+    bits = [o.view(torch.int32) for o in outs.values()]
+    tables = [counts(state, rows) for state in states.values()]
+    same = all(torch.equal(b, bits[0]) for b in bits)
+    same = same and all(torch.equal(t, tables[0]) for t in tables)
+    fns = {n: (lambda s=s, w=work[n]: step(s, w)) for n, s in states.items()}
+    return fns, same
+
+
 def time_case(fns: dict, args, flush, cyc) -> dict:
     """{variant: {graph_us, eager_us, host_us}}: per-round medians, order rotated."""
     names = list(fns)
@@ -135,6 +171,11 @@ def time_case(fns: dict, args, flush, cyc) -> dict:
 def case_label(case: dict) -> str:
     if case["bench"] == "record":
         return f"record_sampled, {case['rows']} rows, {case['penalty_share']:.0%} with penalties"
+    if case["bench"] == "step":
+        return (
+            f"step (apply, then record_sampled), {case['rows']} rows, prompt "
+            f"{case['prompt_len']}, output {case['output_len']}, positive penalties"
+        )
     kind = "negative presence (every logit)" if case["dense"] else "positive penalties"
     return (
         f"apply, {case['rows']} rows, prompt {case['prompt_len']}, output {case['output_len']},"
@@ -161,11 +202,16 @@ def cases(args):
                        dense=False)  # fmt: skip
     yield dict(bench="apply", rows=args.batch, prompt_len=32, output_len=args.lengths[-1],
                dense=True)  # fmt: skip
+    for rows in args.step_rows:
+        for length in args.lengths:
+            yield dict(bench="step", rows=rows, prompt_len=32, output_len=length)
 
 
 def build(case: dict, classes, device):
     if case["bench"] == "record":
         return record_case(classes, device, case["rows"], case["penalty_share"])
+    if case["bench"] == "step":
+        return step_case(classes, device, case["rows"], case["prompt_len"], case["output_len"])
     return apply_case(classes, device, case["rows"], case["prompt_len"], case["output_len"],
                       case["dense"])  # fmt: skip
 
@@ -201,6 +247,8 @@ def parse_args(argv=None):
     p.add_argument("--prompt-lens", type=lambda s: [int(x) for x in s.split(",")],
                    default=[32, 512])  # fmt: skip
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--step-rows", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[32, 64])  # fmt: skip
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--graph-calls", type=int, default=20)
     p.add_argument("--replays", type=int, default=20)

@@ -497,14 +497,18 @@ def test_serve_ab_grit_says_when_the_servers_ran_eager(mod: ModuleType, tmp_path
     assert "enforce-eager" not in record["numbers"]["workload"]
 
 
-def _state_micro(now_record_us: float, identical: bool = True) -> dict:
+def _state_micro(now_record_us: float, identical: bool = True, step_us=None) -> dict:
     """A penalty-state micro file (scripts/gpu_penalty_state_bench.py) with one record_sampled
-    and one kernel shape; `now` takes `now_record_us` per record_sampled call."""
+    and one kernel shape; `now` takes `now_record_us` per record_sampled call; `step_us`:
+    also a decode-step shape where `now` takes that long (before: 300 us)."""
     rows = []
-    for bench, shape, before_us, now_us in (
+    benches = [
         ("record", "record_sampled, 64 rows", 250.0, now_record_us),
         ("apply", "apply, 64 rows", 60.0, 60.0),
-    ):
+    ]
+    if step_us is not None:
+        benches.append(("step", "step, 64 rows", 300.0, step_us))
+    for bench, shape, before_us, now_us in benches:
         for variant, us in (("before", before_us), ("now", now_us)):
             jitter = [us * (1 + 0.002 * k) for k in range(5)]
             rows.append({"variant": variant, "baseline": "before", "shape": shape,
@@ -529,3 +533,15 @@ def test_penalty_state_micro_judges_record_faster_and_kernel_not_slower(
     record = mod.micro_003_state("0.22.0")
     assert record["outcome"] == outcome
     assert record["series_hash"] == "unknown"  # the measured file is not the build tree's
+
+
+@pytest.mark.parametrize("step_us,outcome", [(150.0, "pass"), (330.0, "fail")])
+def test_penalty_state_micro_judges_the_decode_step_where_timed(mod, tmp_path, step_us, outcome):
+    """With step rows the decode step must be faster; record_sampled on its own (here slower:
+    its work moved into the next penalty launch) is shown, not judged."""
+    data = _state_micro(280.0, step_us=step_us)
+    (tmp_path / "0.22.0" / "micro-penalty-state.json").write_text(json.dumps(data))
+    record = mod.micro_003_state("0.22.0")
+    assert record["outcome"] == outcome
+    assert "decode step" in record["reason"] and "record_sampled:" not in record["reason"]
+    assert any(t.startswith("record (now / before), not judged") for t in record["tables"])

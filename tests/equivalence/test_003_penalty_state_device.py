@@ -197,6 +197,54 @@ def _mutant_sparse_only(kernel_mod, mp):
 KERNEL_MODULE_MUTANTS = {"sparse-only": _mutant_sparse_only}
 
 
+# Mutants of the deferred record (the CUDA path: a step's ids counted by the next penalty
+# launch), applied to the state class and the interpreted module's PenaltyState.
+
+
+def _mutant_pending_batch_change(state_cls, kernel_mod, mp):
+    """A batch change does not count the pending ids first: the next launch counts them in
+    the rows of the new map."""
+    original = state_cls.flush
+
+    def flush(self):
+        self._batch_changed = False
+        original(self)
+
+    mp.setattr(state_cls, "flush", flush)
+
+
+def _mutant_pending_twice(state_cls, kernel_mod, mp):
+    """The penalty launch counts the pending ids and leaves them pending: counted again."""
+    original = kernel_mod.PenaltyState._apply_one_pass
+
+    def apply_one_pass(self, *args, **kwargs):
+        pending = self._pending_ids, self._pending_rows
+        out = original(self, *args, **kwargs)
+        if pending[0] is not None:
+            self._pending_ids, self._pending_rows = pending
+        return out
+
+    mp.setattr(kernel_mod.PenaltyState, "_apply_one_pass", apply_one_pass)
+
+
+def _mutant_pending_dropped(state_cls, kernel_mod, mp):
+    """The penalty launch ignores the pending ids: they are never counted."""
+    original = kernel_mod.PenaltyState._apply_one_pass
+
+    def apply_one_pass(self, *args, **kwargs):
+        self._pending_ids = None
+        return original(self, *args, **kwargs)
+
+    mp.setattr(kernel_mod.PenaltyState, "_apply_one_pass", apply_one_pass)
+
+
+DEFERRED_MUTANTS = {
+    "pending-batch-change": _mutant_pending_batch_change,
+    "pending-twice": _mutant_pending_twice,
+    "pending-dropped": _mutant_pending_dropped,
+}
+
+
 @pytest.fixture(scope="module")
 def state_mod(mods):  # noqa: F811
     return mods.patched.load("vllm.v1.sample.ops.penalty_state")
@@ -489,15 +537,26 @@ def _kernel_check(mods, dense, kernel, tiles="default"):  # noqa: F811
     return check
 
 
-def _record_with_kernel(state_mod, kernel, monkeypatch):
+def _record_with_kernel(state_mod, kernel, monkeypatch, deferred: bool = False):
     """record_sampled on the CPU state dispatches to the CUDA path's Triton kernel
-    (interpreted) instead of its torch ops."""
+    (interpreted) instead of its torch ops; `deferred`: as on CUDA, the ids stay pending
+    where nothing is discarded and the next penalty launch counts them."""
 
-    def record_kernel(self, sampled, discard_mask, num_reqs, any_discarded):
+    def record_kernel(self, sampled, discard_mask, num_reqs):
         with kernel.root.active():
             kernel.mod.PenaltyState._record_kernel(self, sampled, discard_mask, num_reqs)
 
-    monkeypatch.setattr(state_mod.PenaltyState, "_record_torch", record_kernel)
+    def record_now(self, sampled, discard_mask, num_reqs, any_discarded):
+        record_kernel(self, sampled, discard_mask, num_reqs)
+
+    def record_deferred(self, sampled, discard_mask, num_reqs, any_discarded):
+        kernel.mod.PenaltyState._record_deferred(
+            self, sampled, discard_mask, num_reqs, any_discarded
+        )
+
+    cls = state_mod.PenaltyState
+    monkeypatch.setattr(cls, "_record_kernel", record_kernel)
+    monkeypatch.setattr(cls, "_record_torch", record_deferred if deferred else record_now)
 
 
 def _fails(mods, monkeypatch, seed, async_sched, steps, check) -> bool:  # noqa: F811
@@ -524,7 +583,7 @@ def _kernel_failures(mods, dense, kernel, monkeypatch) -> int:  # noqa: F811
     return _failing_sequences(mods, monkeypatch, check, range(100, 103), 40)
 
 
-@pytest.mark.parametrize("record", ["torch", "kernel"])
+@pytest.mark.parametrize("record", ["torch", "kernel", "deferred"])
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
 # The default tiles run one seed: with this vocabulary most of their programs are empty,
 # which the interpreter still walks one by one.
@@ -542,16 +601,18 @@ def test_kernel_matches_dense_cuda_arithmetic(
 ):
     """The CUDA path (Triton kernel, interpreted) vs upstream's dense path with the CUDA
     repetition op's arithmetic, on the same sequences; the slots' lists kept by the torch
-    ops or by the CUDA path's record kernel."""
-    if record == "kernel":
-        _record_with_kernel(state_mod, kernel, monkeypatch)
+    ops, by the CUDA path's record kernel, or (`deferred`, as on CUDA) by the penalty
+    kernel counting the previous step's ids."""
+    if record != "torch":
+        _record_with_kernel(state_mod, kernel, monkeypatch, deferred=record == "deferred")
     check = _kernel_check(mods, dense, kernel, tiles)
     assert _run(mods, monkeypatch, 100 + seed, async_sched, 40, check) == 0
 
 
-def test_record_kernel_keeps_the_torch_state(mods, kernel, state_mod, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("deferred", [False, True], ids=["now", "deferred"])
+def test_record_kernel_keeps_the_torch_state(mods, kernel, state_mod, monkeypatch, deferred):  # noqa: F811
     """Counts and lists after one randomized sequence: the record kernel's equal the torch
-    ops' (lists in arrival order)."""
+    ops' (lists in arrival order), also with the ids kept pending until the next record."""
 
     def final_state():
         runner = Runner(mods, random.Random(7), True, monkeypatch)
@@ -560,12 +621,13 @@ def test_record_kernel_keeps_the_torch_state(mods, kernel, state_mod, monkeypatc
             if runner.ib.num_reqs:
                 runner.sample()
         st = runner.ib.penalty_state
+        st.record_pending()
         used = st.num_ids[: st.state.shape[0]].clone()
         lists = [st.ids[k, : int(n)].tolist() for k, n in enumerate(used)]
         return st.state.clone(), used, lists
 
     by_torch = final_state()
-    _record_with_kernel(state_mod, kernel, monkeypatch)
+    _record_with_kernel(state_mod, kernel, monkeypatch, deferred)
     by_kernel = final_state()
     assert torch.equal(by_kernel[0], by_torch[0]) and torch.equal(by_kernel[1], by_torch[1])
     assert by_kernel[2] == by_torch[2] and sum(map(len, by_kernel[2])) > 0
@@ -583,6 +645,21 @@ def test_mutant_is_detected(mods, dense, kernel, state_mod, monkeypatch, mutant)
         return
     check = _torch_check(mods, torch.float32)
     assert _failing_sequences(mods, monkeypatch, check, range(6), 80) > 0
+
+
+@pytest.mark.parametrize("mutant", sorted(DEFERRED_MUTANTS))
+def test_deferred_record_mutant_is_detected(
+    mods,  # noqa: F811
+    dense,  # noqa: F811
+    kernel,
+    state_mod,
+    monkeypatch,
+    mutant,
+):
+    """Each mutant of the deferred record makes some of the kernel's sequences fail."""
+    _record_with_kernel(state_mod, kernel, monkeypatch, deferred=True)
+    DEFERRED_MUTANTS[mutant](state_mod.PenaltyState, kernel.mod, monkeypatch)
+    assert _kernel_failures(mods, dense, kernel, monkeypatch) > 0
 
 
 @pytest.mark.parametrize("mutant", sorted(KERNEL_MODULE_MUTANTS))
