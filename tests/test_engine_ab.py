@@ -129,10 +129,11 @@ def synthetic_run(
     tokens=None,
     control: bool = False,
     variants: tuple[str, ...] = ("series", "patched"),
+    seed: int = 1,
 ) -> dict:
     """A record as the engine front-end writes it: tok/s = 6000 x round drift x effect x noise;
     `tokens`: {cell: hash} (default one hash per config); `control`: a second series engine."""
-    rng = random.Random(1)
+    rng = random.Random(seed)
     variants = ("series", "series2", "patched") if control else variants
     cells = [f"{v}/{c}" for v in variants for c in ("plain", "pen")]
     cells.append("patched/plain-b128")
@@ -160,14 +161,22 @@ def root(gpu_results_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return gpu_results_root
 
 
-def _import(root: Path, run: dict) -> dict:
+def _import(root: Path, run: dict, engine_pairs: bool = False) -> dict:
+    """The record of `run`; `engine_pairs`: beside it two runs of the same code on another GPU
+    model (another pool) whose builds run plain requests alike, so that the plain A/A, judged
+    over engine pairs, has an interval."""
+    if engine_pairs:
+        for i in (1, 2):
+            pair = synthetic_run({}, 0.002, seed=1 + i)
+            pair |= {"date": f"2026-11-25T0{6 + i}:00:00+00:00", "machine": {"gpu": "NVIDIA H200"}}
+            (root / "0.22.0" / f"penalties-ab-pair{i}.json").write_text(json.dumps(pair))
     (root / "0.22.0" / "penalties-ab.json").write_text(json.dumps(run))
     return gpu_engine_ab.penalty_cost("0.22.0")
 
 
 def test_a_synthetic_run_round_trips_into_the_record(root):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
-    record = _import(root, run)
+    record = _import(root, run, engine_pairs=True)
     shape = _pooled(record, "B=64 L=2048")
     done = ab_rounds.from_records(run["rounds"])
     first = [r for r in done if r.index in run["stages"][0]["rounds"]]
@@ -181,9 +190,10 @@ def test_a_synthetic_run_round_trips_into_the_record(root):
     assert record["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
 
 
-def _pooled(record: dict, shape: str) -> dict:
-    """The record's numbers of the one pool at `shape`."""
-    (found,) = [v for k, v in record["numbers"]["pooled"].items() if k.startswith(shape + ",")]
+def _pooled(record: dict, shape: str, gpu: str = "H100") -> dict:
+    """The record's numbers of the one pool at `shape` on `gpu`."""
+    pooled = record["numbers"]["pooled"].items()
+    (found,) = [v for k, v in pooled if k.startswith(shape + ",") and gpu in k]
     return found
 
 
@@ -193,10 +203,31 @@ def test_a_resolved_penalty_cost_beyond_two_percent_fails(root):
     assert "penalized/plain" in record["reason"]
 
 
-def test_patched_slower_than_the_series_fails(root):
+def test_patched_slower_than_the_series_on_plain_in_every_engine_pair_fails(root):
+    for i in (1, 2):
+        run = synthetic_run({"patched/plain": 0.95, "patched/pen": 0.95}, noise=0.002, seed=i)
+        run["date"] = f"2026-11-25T1{i}:00:00+00:00"
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    assert record["outcome"] == "fail"
+    assert (
+        "plain requests, every shape, tok/s over engine pairs (n = runs) patched/series"
+        in (record["reason"])
+    )
+    aa = record["numbers"]["patched/series plain, engine pairs as units"]
+    assert aa["n"] == 2 and aa["ratio"] == pytest.approx(0.95, abs=0.005)
+
+
+def test_one_engine_pair_slower_on_plain_is_no_difference_resolved(root):
+    # One run's engines differ by 5% on plain requests: the engine pair it drew or the build?
+    # Its rounds cannot tell; the pool still shows that run's ratio over its rounds.
     run = synthetic_run({"patched/plain": 0.95, "patched/pen": 0.95}, noise=0.002)
     record = _import(root, run)
-    assert record["outcome"] == "fail" and "patched/series" in record["reason"]
+    assert record["outcome"] == "no difference resolved"
+    assert "over engine pairs (n = runs) patched/series 0.95" in record["reason"]
+    assert "(n=1, no interval)" in record["reason"]
+    shown = _pooled(record, "B=64 L=2048")["patched/series (plain, no top-k/top-p)"]
+    assert shown["ratio"] == pytest.approx(0.95, abs=0.005) and shown["n"] == 8
 
 
 def test_the_engines_plain_difference_is_taken_out_of_the_penalized_comparison(root):
@@ -238,7 +269,7 @@ def test_patched_tokens_differing_from_a_self_consistent_series_fail(root):
 
 def test_tokens_are_not_judged_without_a_second_engine_of_the_baseline(root):
     run = synthetic_run({}, 0.002, tokens={"patched/pen": "other"})
-    record = _import(root, run)
+    record = _import(root, run, engine_pairs=True)
     assert record["outcome"] == "pass"  # GPU engines need not agree across starts
     shape = _pooled(record, "B=64 L=2048")
     assert "differ; not judged" in shape["tokens patched vs series (penalized, no top-k/top-p)"]
@@ -246,13 +277,14 @@ def test_tokens_are_not_judged_without_a_second_engine_of_the_baseline(root):
 
 def test_a_second_engine_of_the_series_shows_its_own_plain_aa_beside_not_judged(root):
     run = synthetic_run({"series2/plain": 0.97, "series2/pen": 0.97}, 0.002, control=True)
-    record = _import(root, run)
+    record = _import(root, run, engine_pairs=True)
     aa = _pooled(record, "B=64 L=2048")[
         "series2/series (plain, no top-k/top-p, one build, not judged)"
     ]
     assert aa["ratio"] == pytest.approx(0.97, abs=0.01)
     assert record["outcome"] == "pass"  # shown, never a verdict part
-    assert "two engines of one build" in record["tables"][0]
+    (table,) = [t for t in record["tables"] if "H100" in t.splitlines()[0]]
+    assert "two engines of one build" in table
 
 
 def test_tokens_are_inconclusive_when_the_control_engines_disagree(root):
@@ -286,10 +318,14 @@ def test_an_earlier_series_run_lends_only_pristines_cost(root):
     earlier |= {"series_hash": "0ld0ld0ld0", "date": "2026-11-24T09:00:00+00:00"}
     (root / "0.22.0" / "penalties-ab-earlier.json").write_text(json.dumps(earlier))
     current = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
-    record = _import(root, current)
+    record = _import(root, current, engine_pairs=True)
     assert record["outcome"] == "pass", record["reason"]  # the earlier patched is not judged
-    assert len(record["numbers"]["runs"]) == 1
-    rows = [r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |")]
+    assert len(record["numbers"]["runs"]) == 3  # with the two engine pairs on the H200
+    rows = [
+        r
+        for r in record["key_table"].splitlines()
+        if r.startswith("| 64 | 2048 |") and "H200" not in r
+    ]
     assert len(rows) == 2
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert _share(cells[3]) == pytest.approx(0.45, abs=0.005)
@@ -341,9 +377,9 @@ def test_the_reason_names_each_pools_gpu_and_seeding(root):
 
 def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
-    assert _import(root, run)["outcome"] == "pass"
+    assert _import(root, run, engine_pairs=True)["outcome"] == "pass"
     monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False), (64, 8000, False)))
-    record = _import(root, run)
+    record = _import(root, run, engine_pairs=True)
     assert record["outcome"] == "inconclusive"
     assert "goal cells not measured: B=64 L>=8000 no top-k/top-p" in record["reason"]
     assert record["numbers"]["goal_not_measured"] == ["B=64 L>=8000 no top-k/top-p"]
@@ -473,7 +509,7 @@ def test_unseeded_tokens_are_not_judged(root):
     assert _import(root, run)["outcome"] == "fail"
     for config in run["configs"].values():
         config["seed"] = None
-    assert _import(root, run)["outcome"] == "pass"
+    assert _import(root, run, engine_pairs=True)["outcome"] == "pass"
 
 
 def test_tokens_are_judged_only_in_rounds_that_ran_every_engine_compared(root):
@@ -482,7 +518,7 @@ def test_tokens_are_judged_only_in_rounds_that_ran_every_engine_compared(root):
     other = synthetic_run({}, 0.002, tokens={"patched/pen": "drift", "series/pen": "drift2"})
     other["date"] = "2026-11-25T10:00:00+00:00"
     (root / "0.22.0" / "penalties-ab-other.json").write_text(json.dumps(other))
-    record = _import(root, judged)
+    record = _import(root, judged, engine_pairs=True)
     assert record["outcome"] == "pass", record["reason"]
     shape = _pooled(record, "B=64 L=2048")
     assert shape["patched penalized/plain (no top-k/top-p)"]["n"] == 16  # costs do pool
