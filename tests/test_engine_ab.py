@@ -900,3 +900,22 @@ def test_thread_cpu_samples_see_every_cpu_a_hopping_thread_ran_on(monkeypatch):
     result = timed_generate(_LLM(_Core(stamps)), [{}] * 32, [None] * 32)
     assert result["cpu_hops"]["hops"] > 100
     assert sorted(map(int, result["thread_cpus"])) == list(range(16))
+
+
+def test_one_runs_shapes_are_one_engine_pair_in_the_plain_aa():
+    # A run that measured two shapes (two pools) drew one engine per build: one unit.
+    run = synthetic_run({"patched/plain": 0.99}, 0.002)
+    stage = run["stages"][0]
+    rounds = [r for r in ab_rounds.from_records(run["rounds"]) if r.index in stage["rounds"]]
+    pools = []
+    for _ in range(2):
+        pool = gpu_engine_ab.Pool(run, {**stage, "cells": []}, False)
+        pool.add(run, stage, rounds)
+        pools.append(pool)
+    verdict, numbers = gpu_engine_ab.judge_plain_aa(pools, 0.02)
+    assert numbers["n"] == 1 and verdict.outcome == "no difference resolved"
+    later = {**run, "date": "2026-11-25T10:00:00+00:00"}
+    pools[1] = gpu_engine_ab.Pool(later, {**stage, "cells": []}, False)
+    pools[1].add(later, stage, rounds)
+    verdict, numbers = gpu_engine_ab.judge_plain_aa(pools, 0.02)
+    assert numbers["n"] == 2 and list(numbers["per_run"]) == [run["date"], later["date"]]

@@ -274,31 +274,35 @@ def engine_pairs_ratio(by_run: list[list], base: str, var: str) -> stats.Ratio:
     return stats.ratio_of_ratios([r.ratio for r in per_run])
 
 
-def plain_aa_per_run(pool: Pool) -> list[float]:
-    """Each run's patched/series tok/s on plain requests (the geometric mean over its plain
-    samplings): one value per engine pair."""
+def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
+    """{run date: log patched/series tok/s on plain requests, one per plain sampling} of the
+    pool's runs."""
     cells = stage_cells(pool.run, pool.stage)
     pairs = [
         (cells[("series", False, topkp)], cells[("patched", False, topkp)])
         for topkp in (False, True)
         if ("series", False, topkp) in cells and ("patched", False, topkp) in cells
     ]
-    out = []
-    for rounds in pool.by_run:
-        found = [r.ratio for r in (ratio(rounds, *pair) for pair in pairs) if r is not None]
-        if found:
-            out.append(math.exp(statistics.fmean(math.log(x) for x in found)))
+    out: dict[str, list[float]] = {}
+    for date, rounds in zip(pool.run_dates, pool.by_run, strict=True):
+        found = [r for r in (ratio(rounds, *pair) for pair in pairs) if r is not None]
+        out.setdefault(date, []).extend(math.log(r.ratio) for r in found)
     return out
 
 
 def judge_plain_aa(pools: list[Pool], threshold: float) -> tuple[Verdict, dict] | None:
     """Patched/series on plain requests over every run of the current code, each run's engine
-    pair one unit: a plain-path regression that the runs share fails it, the engine pair a run
-    drew does not."""
-    per_run = [x for pool in pools if not pool.pristine_only for x in plain_aa_per_run(pool)]
+    pair one unit (the geometric mean of its plain ratios, over its shapes and samplings): a
+    plain-path regression that the runs share fails it, the engine pair a run drew does not."""
+    logs: dict[str, list[float]] = {}
+    for pool in pools:
+        if not pool.pristine_only:
+            for date, found in plain_aa_logs(pool).items():
+                logs.setdefault(date, []).extend(found)
+    per_run = {date: math.exp(statistics.fmean(x)) for date, x in sorted(logs.items()) if x}
     if not per_run:
         return None
-    r = stats.ratio_of_ratios(per_run)
+    r = stats.ratio_of_ratios(list(per_run.values()))
     what = "plain requests, every shape, tok/s over engine pairs (n = runs)"
     return not_slower(r, threshold, what, "patched/series"), {**r.as_dict(), "per_run": per_run}
 
@@ -459,11 +463,13 @@ class Pool:
     rounds: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     by_run: list = field(default_factory=list)  # each run's rounds
+    run_dates: list = field(default_factory=list)  # each run's date (it names the run)
 
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
         self.by_run.append(rounds)
+        self.run_dates.append(run["date"])
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
