@@ -914,8 +914,10 @@ def test_one_runs_shapes_are_one_engine_pair_in_the_plain_aa():
         pools.append(pool)
     verdict, numbers = gpu_engine_ab.judge_plain_aa(pools, 0.02)
     assert numbers["n"] == 1 and verdict.outcome == "no difference resolved"
-    later = {**run, "date": "2026-11-25T10:00:00+00:00"}
-    pools[1] = gpu_engine_ab.Pool(later, {**stage, "cells": []}, False)
-    pools[1].add(later, stage, rounds)
+    # A job beside it in the same call starts in the same second: its own engines, its tag.
+    beside = {**run, "command": "PB_SHAPES=128x2048 bash scripts/gpu_penalties_ab.sh other"}
+    pools[1] = gpu_engine_ab.Pool(beside, {**stage, "cells": []}, False)
+    pools[1].add(beside, stage, rounds)
     verdict, numbers = gpu_engine_ab.judge_plain_aa(pools, 0.02)
-    assert numbers["n"] == 2 and list(numbers["per_run"]) == [run["date"], later["date"]]
+    assert numbers["n"] == 2
+    assert sorted(numbers["per_run"]) == [f"{run['date']} other", f"{run['date']} t"]

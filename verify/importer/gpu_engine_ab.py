@@ -275,7 +275,7 @@ def engine_pairs_ratio(by_run: list[list], base: str, var: str) -> stats.Ratio:
 
 
 def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
-    """{run date: log patched/series tok/s on plain requests, one per plain sampling} of the
+    """{`run_name`: log patched/series tok/s on plain requests, one per plain sampling} of the
     pool's runs."""
     cells = stage_cells(pool.run, pool.stage)
     pairs = [
@@ -284,10 +284,18 @@ def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
         if ("series", False, topkp) in cells and ("patched", False, topkp) in cells
     ]
     out: dict[str, list[float]] = {}
-    for date, rounds in zip(pool.run_dates, pool.by_run, strict=True):
+    for name, rounds in zip(pool.run_names, pool.by_run, strict=True):
         found = [r for r in (ratio(rounds, *pair) for pair in pairs) if r is not None]
-        out.setdefault(date, []).extend(math.log(r.ratio) for r in found)
+        out.setdefault(name, []).extend(math.log(r.ratio) for r in found)
     return out
+
+
+def run_name(run: dict) -> str:
+    """`<date> <tag>` of a run: jobs of one call beside each other start in the same second,
+    each with its own engines and tag (gpu_penalties_ab.sh's argument; else the command)."""
+    command = run.get("command") or ""
+    tag = re.search(r"gpu_penalties_ab\.sh (\S+)", command)
+    return f"{run['date']} {tag.group(1) if tag else command}".strip()
 
 
 def judge_plain_aa(pools: list[Pool], threshold: float) -> tuple[Verdict, dict] | None:
@@ -297,9 +305,9 @@ def judge_plain_aa(pools: list[Pool], threshold: float) -> tuple[Verdict, dict] 
     logs: dict[str, list[float]] = {}
     for pool in pools:
         if not pool.pristine_only:
-            for date, found in plain_aa_logs(pool).items():
-                logs.setdefault(date, []).extend(found)
-    per_run = {date: math.exp(statistics.fmean(x)) for date, x in sorted(logs.items()) if x}
+            for name, found in plain_aa_logs(pool).items():
+                logs.setdefault(name, []).extend(found)
+    per_run = {name: math.exp(statistics.fmean(x)) for name, x in sorted(logs.items()) if x}
     if not per_run:
         return None
     r = stats.ratio_of_ratios(list(per_run.values()))
@@ -463,13 +471,13 @@ class Pool:
     rounds: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     by_run: list = field(default_factory=list)  # each run's rounds
-    run_dates: list = field(default_factory=list)  # each run's date (it names the run)
+    run_names: list = field(default_factory=list)  # each run's `run_name`
 
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
         self.by_run.append(rounds)
-        self.run_dates.append(run["date"])
+        self.run_names.append(run_name(run))
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
