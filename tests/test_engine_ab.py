@@ -304,6 +304,9 @@ def test_the_key_table_puts_each_builds_penalty_cost_side_by_side(root):
     assert float(cells[6].split()[0]) == pytest.approx(1.0, rel=0.01)  # plain: the A/A
     assert float(cells[7].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
     assert cells[8] == "H100 80GB HBM3: 2026-11-25T09:00"  # the GPU model the rounds ran on
+    judged = record["key_table"].splitlines()[-1]  # the plain A/A over runs, under the rows
+    assert judged.startswith("Plain requests, patched / series tok/s over every run (judged)")
+    assert "(n=1, no interval)" in judged
 
 
 def _share(cell: str) -> float:

@@ -396,7 +396,8 @@ def _cost_cell(r: stats.Ratio | None) -> str:
 KEY_HEADER = (
     "Penalty cost: 1 - penalized/plain output tok/s of one engine over the same rounds [95% CI],"
     " n rounds. patched / series, plain: tok/s of plain requests, the same work in both builds"
-    " (the engines' A/A). patched / series, penalized over plain: patched's penalized/plain over"
+    " (the engines' A/A, shown per pool; judged over all runs, each run one unit, below the"
+    " table). patched / series, penalized over plain: patched's penalized/plain over"
     " the series', paired by round (the engines' difference taken out). '-': not in the run"
     " (or, in a run of an earlier patch form, left out).\n\n"
     "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, plain "
@@ -425,8 +426,10 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
         later = not pool.pristine_only
         aa = ratio(pool.rounds, plain_s, plain_p) if later and plain_s and plain_p else None
         path = penalty_path_ratio(pool.rounds, cells, "series", topkp) if later else None
+        also = ", in a top-k/top-p run" if not topkp and pool.has_topkp else ""
         rows.append(
-            f"| {pool.stage['batch']} | {pool.stage['output_len']} | {_kind(topkp)}, {pool.seeded} "
+            f"| {pool.stage['batch']} | {pool.stage['output_len']} "
+            f"| {_kind(topkp)}, {pool.seeded}{also} "
             f"| {cost['pristine']} | {cost['series']} | {cost['patched']} "
             f"| {_interval_cell(aa)} | {_interval_cell(path)} | {label} |"
         )
@@ -496,13 +499,17 @@ class Pool:
         return (self.run.get("machine") or {}).get("gpu") or "GPU not recorded"
 
     @property
+    def has_topkp(self) -> bool:
+        """Whether the pool's configs sample with top-k/top-p (its rounds had both)."""
+        names = {c.split("/", 1)[1] for c in self.stage["cells"]}
+        return any(sampling_of(self.run["configs"][n])[1] for n in names)
+
+    @property
     def label(self) -> str:
         """`B=32 L=2048 (H100, unseeded)`: the pool as the verdict's reason names it."""
         gpu_name = self.gpu
         model = re.search(r"\b[A-Z]\d{2,4}\b", gpu_name)
-        names = {c.split("/", 1)[1] for c in self.stage["cells"]}
-        topkp = any(sampling_of(self.run["configs"][n])[1] for n in names)
-        extra = ", top-k/top-p run" if topkp else ""
+        extra = ", top-k/top-p run" if self.has_topkp else ""
         return f"{self.shape} ({model.group(0) if model else gpu_name}, {self.seeded}{extra})"
 
     @property
@@ -599,6 +606,10 @@ def penalty_cost(version: str) -> dict | None:
     if plain is not None:
         parts.append(plain[0])
         numbers["patched/series plain, engine pairs as units"] = plain[1]
+        key += [
+            "",
+            f"Plain requests, patched / series tok/s over every run (judged): {plain[0].reason}",
+        ]
     missing = goal_missing(covered)
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
