@@ -196,11 +196,11 @@ def judge_stage(
     found: dict,
     threshold: float,
     label: str = "",
-    by_run: list[list] | None = None,
+    by_run: dict[str, list] | None = None,
 ) -> tuple[list, dict, list]:
     """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`;
-    `label` names the stage in the verdicts' reasons (default: its shape); `by_run`: the
-    rounds of each run pooled in `rounds` (default: one run), the units of the plain A/A."""
+    `label` names the stage in the verdicts' reasons (default: its shape); `by_run`: {run
+    name: its rounds} of the runs pooled in `rounds`, the units of the plain A/A."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
     shape = label or shape_of(stage)
     for (variant, topkp), r in found.items():
@@ -267,11 +267,16 @@ def judge_stage(
     return parts, numbers, rows
 
 
-def engine_pairs_ratio(by_run: list[list], base: str, var: str) -> stats.Ratio:
+def per_run_ratios(by_run: dict[str, list], base: str, var: str) -> dict[str, float]:
+    """{run name: var/base tok/s over that run's rounds} of the runs that measured both."""
+    found = {name: ratio(rounds, base, var) for name, rounds in by_run.items()}
+    return {name: r.ratio for name, r in found.items() if r is not None}
+
+
+def engine_pairs_ratio(by_run: dict[str, list], base: str, var: str) -> stats.Ratio:
     """var/base tok/s with each run (one engine per build) as one unit: the geometric mean of
     the runs' own ratios, its interval from how far the runs differ (none from one run)."""
-    per_run = [r for r in (ratio(rounds, base, var) for rounds in by_run) if r is not None]
-    return stats.ratio_of_ratios([r.ratio for r in per_run])
+    return stats.ratio_of_ratios(list(per_run_ratios(by_run, base, var).values()))
 
 
 def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
@@ -284,9 +289,9 @@ def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
         if ("series", False, topkp) in cells and ("patched", False, topkp) in cells
     ]
     out: dict[str, list[float]] = {}
-    for name, rounds in zip(pool.run_names, pool.by_run, strict=True):
-        found = [r for r in (ratio(rounds, *pair) for pair in pairs) if r is not None]
-        out.setdefault(name, []).extend(math.log(r.ratio) for r in found)
+    for pair in pairs:
+        for name, r in per_run_ratios(pool.by_run, *pair).items():
+            out.setdefault(name, []).append(math.log(r))
     return out
 
 
@@ -473,14 +478,12 @@ class Pool:
     pristine_only: bool  # runs of an earlier patch form: only pristine's cost is used
     rounds: list = field(default_factory=list)
     runs: list = field(default_factory=list)
-    by_run: list = field(default_factory=list)  # each run's rounds
-    run_names: list = field(default_factory=list)  # each run's `run_name`
+    by_run: dict = field(default_factory=dict)  # {`run_name`: that run's rounds}
 
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
-        self.by_run.append(rounds)
-        self.run_names.append(run_name(run))
+        self.by_run[run_name(run)] = rounds
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
