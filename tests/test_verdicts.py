@@ -82,6 +82,7 @@ def test_performance_no_difference_is_not_a_pass() -> None:
     assert v.outcome == UNRESOLVED and "could resolve only" in v.reason
     one = performance.judge(stats.paired_ratio([1.0], [0.5]), 0.02)
     assert one.outcome == UNRESOLVED
+    assert one.reason.count("no interval") == 1 and "could resolve" not in one.reason
 
 
 def test_performance_passes_only_what_it_claims() -> None:

@@ -16,9 +16,11 @@ CLAIMS = ("faster", "not slower")
 
 
 def _mde(ratio: stats.Ratio) -> str:
+    """The run's resolution, for a reason; empty without an interval (the ratio's own text
+    already says "no interval")."""
     if ratio.mde is None:
-        return f"n={ratio.n}: no interval"
-    return f"the run could resolve only changes above {ratio.mde:.1%}"
+        return ""
+    return f"; the run could resolve only changes above {ratio.mde:.1%}"
 
 
 def judge(
@@ -48,7 +50,7 @@ def judge(
         if need is not None:
             plan = f"; about {need} rounds in all would bound it within {threshold:.0%}"
             plan += " if its point and spread held"
-    return Verdict(UNRESOLVED, f"{label}; {_mde(ratio)}{plan}", numbers)
+    return Verdict(UNRESOLVED, f"{label}{_mde(ratio)}{plan}", numbers)
 
 
 def judge_shapes(
