@@ -75,6 +75,15 @@ def test_unknown_step_rule_is_a_named_error(tmp_path: Path) -> None:
         registry.load(tmp_path)
 
 
+def test_two_headline_steps_are_a_named_error(tmp_path: Path) -> None:
+    src = (PATCHES_DIR / "registry" / "mrv2-skip-fp32-logits-copy.toml").read_text()
+    marked = src.replace("[[steps]]\n", "[[steps]]\nheadline = true\n")
+    assert marked.count("headline = true") > 1
+    (tmp_path / "x.toml").write_text(marked)
+    with pytest.raises(PatchbenchError, match="more than one headline step"):
+        registry.load(tmp_path)
+
+
 def test_diff_hash_ignores_the_message_but_not_the_code(tmp_path: Path) -> None:
     patch = read_series("0.22.0")[0]
     copy = tmp_path / patch.name

@@ -83,9 +83,10 @@ def built(make_tree, workspace):
     return _build(make_tree, workspace)
 
 
-def _build(make_tree, workspace, extra: dict | None = None):
+def _build(make_tree, workspace, extra: dict | None = None, entry: str = ENTRY):
     """(index, the patch's report) of a one-patch release with records of some steps;
-    `extra`: {file name: (step, outcome, other fields)}: more records of the current patch."""
+    `extra`: {file name: (step, outcome, other fields)}: more records of the current patch;
+    `entry`: the patch's registry entry."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(
@@ -94,7 +95,7 @@ def _build(make_tree, workspace, extra: dict | None = None):
     tree.export()
     patches = workspace / "patches"
     (patches / "registry").mkdir()
-    (patches / "registry" / "faster-penalties.toml").write_text(ENTRY)
+    (patches / "registry" / "faster-penalties.toml").write_text(entry)
     patch = read_series("9.9.0", patches)[0]
     own = {"faster-penalties": registry.diff_hash(patch)}
     current = series_hash("9.9.0", patches)
@@ -133,10 +134,20 @@ def test_report_is_in_pr_template_order_with_numbers_from_records(built):
     assert "| time_patched_over_pristine | 0.500 [0.450, 0.550] | 6 | 4.0% |" in text
 
 
+def test_the_registry_headline_step_is_the_measured_effect(make_tree, workspace):
+    serve = ("serve-x", "no difference resolved", {"reason": "throughput 1.01 [0.97, 1.05]"})
+    serve_step = 'command = "vllm bench serve --model $MODEL"\n'
+    entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
+    _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
+    effect = "Measured effect: Serving benchmark: **no difference resolved** - throughput 1.01"
+    assert effect in text
+
+
 def test_a_key_table_is_shown_in_the_report_before_ratio_tables(make_tree, workspace):
     key = "| B | pristine cost | patched cost |\n|---|---|---|\n| 64 | 43.4% | 2.5% |"
     serve = ("serve-x", "pass", {"key_table": key})
     index, text = _build(make_tree, workspace, {"serve.json": serve})
+    assert "Measured effect: Penalty build A/B: **pass**" in text  # no headline: the first
     assert "**Serving benchmark**:\n\n" + key in text
     assert text.index(key) < text.index("**Penalty build A/B** (before/after)")
     appendix = (index.parent / "0001-Perf-Faster-penalties-appendix.md").read_text()

@@ -35,6 +35,9 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
                                   #   the pin's own kernel where the run measured it
     not_applicable* = "why"       # the step does not run this patch's code on that device
     note* = "..."                 # shown beside the step in the report
+    headline* = true              # the step whose result the report's Purpose states as the
+                                  #   measured effect (at most one per entry; default: the
+                                  #   first performance step with a record)
 
 `validate` checks every series against the registry: each patch has exactly one entry, each
 entry's pins name a patch that exists, each step is well formed (tests/test_registry.py).
@@ -88,6 +91,7 @@ class Step:
     variant: str = ""
     not_applicable: str = ""
     note: str = ""
+    headline: bool = False
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins
@@ -151,6 +155,10 @@ def parse_entry(path: Path) -> Entry:
     bad = [d for d in raw["devices"] if d not in DEVICES]
     if bad:
         raise PatchbenchError(f"registry {slug}: unknown device(s) {bad}")
+    steps = tuple(_step(slug, s) for s in raw.get("steps", []))
+    headlines = [s.title for s in steps if s.headline]
+    if len(headlines) > 1:
+        raise PatchbenchError(f"registry {slug}: more than one headline step: {headlines}")
     return Entry(
         slug=slug,
         title=raw["title"],
@@ -161,7 +169,7 @@ def parse_entry(path: Path) -> Entry:
         future_plan=raw["future_plan"].strip(),
         pins=dict(raw["pins"]),
         upstream_figure=raw.get("upstream_figure", "").strip(),
-        steps=tuple(_step(slug, s) for s in raw.get("steps", [])),
+        steps=steps,
     )
 
 

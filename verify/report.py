@@ -234,11 +234,13 @@ class PatchEvidence:
         return worst + (" (stale)" if stale else "")
 
     def headline(self) -> str:
-        """The measured effect: the first performance step with a record, else the first
-        step with a record, as the rule stated it."""
+        """The measured effect: the registry's headline step where it has a record, else the
+        first performance step with a record, else the first step with a record, as the rule
+        stated it."""
         ranked = sorted(
             (row for row in self.rows if row[3]),
             key=lambda row: (
+                not row[0].headline,
                 row[0].rule not in PERF_RULES,
                 not any(_ratio_rows(r.get("numbers", {})) for r in row[3]),
             ),
