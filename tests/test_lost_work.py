@@ -207,6 +207,24 @@ def test_sigterm_during_apply_leaves_no_staging_folder(pinned_release, bad_input
     assert [p.name for p in build.iterdir()] == []
 
 
+@pytest.mark.parametrize("where", ["just after mkdir", "inside the block"])
+def test_a_signal_strands_no_staging_folder(tmp_path, monkeypatch, where):
+    """A signal handler raises at the next bytecode, which may come right after the folder
+    is made (SIGTERM under load stranded one there): the cleanup must already be in charge."""
+    made = Path.mkdir
+
+    def mkdir_then_signal(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    if where == "just after mkdir":
+        monkeypatch.setattr(Path, "mkdir", mkdir_then_signal)
+    with pytest.raises(KeyboardInterrupt), paths.staging(tmp_path, ".0.22.0") as staging:
+        (staging / "tree").mkdir()
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_leftovers_of_a_killed_apply_are_removed_next_time(pinned_release, capsys):
     build = Path(pinned_release["PATCHBENCH_BUILD_DIR"])
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

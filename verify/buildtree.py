@@ -176,13 +176,10 @@ class BuildTree:
         for path in left + _sweep_legacy_staging(self.path.parent, self.version):
             say(f"removed {path}, left behind by an interrupted run")
         tarball = self._fetch_sdist(self.version)
-        staging = paths.make_staging(self.path.parent, f".{self.version}")
-        try:
+        with paths.staging(self.path.parent, f".{self.version}") as staging:
             tree = sdist.unpack(tarball, staging / "tree")
             self._commit_baseline(tree)
             os.replace(tree, self.path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
 
     def _commit_baseline(self, tree: Path) -> None:
         started = time.monotonic()

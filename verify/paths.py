@@ -18,9 +18,11 @@ error instead of reading an empty series or writing into site-packages.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from verify.errors import PatchbenchError
@@ -93,10 +95,20 @@ def require_writable(folder: Path, variable: str) -> None:
 STAGING_MARK = ".staging-"
 
 
-def make_staging(parent: Path, prefix: str) -> Path:
-    """A new temporary folder in `parent` whose name carries this process id, so a later run
-    can tell a leftover (its process is gone, e.g. killed by SIGKILL) from a live one."""
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{STAGING_MARK}{os.getpid()}.", dir=parent))
+@contextlib.contextmanager
+def staging(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new folder in `parent`, removed when the block ends however it ends (an error,
+    SIGTERM, Ctrl-C). Its name carries this process id, so a later run can tell a leftover
+    (its process gone, e.g. killed by SIGKILL) from a live one, and only this process, or a
+    dead one that had its id, can have made a folder of that name: the cleanup takes charge
+    before the folder exists, so no signal can land between its creation and its cleanup
+    (one landing just after mkdtemp's mkdir used to strand it)."""
+    path = parent / f"{prefix}{STAGING_MARK}{os.getpid()}.{secrets.token_hex(6)}"
+    try:
+        path.mkdir(mode=0o700)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep_staging(parent: Path, prefix: str) -> list[Path]:
