@@ -37,6 +37,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verify import paths
 from verify.errors import PatchbenchError
 from verify.locks import exclusive
 
@@ -194,7 +195,9 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
     with exclusive(final.parent / f".{final.name}.lock"):
         if is_complete(final):
             return final
-        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        for stale in paths.sweep_staging(final.parent, f".{final.name}"):
+            say(f"removed a half-built runtime venv left by an interrupted install: {stale}")
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):  # named before paths.staging
             say(f"removing a half-built runtime venv left by an interrupted install: {stale}")
             shutil.rmtree(stale, ignore_errors=True)
         if final.exists():
@@ -203,17 +206,12 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
                 "failed install; removing it and rebuilding"
             )
             shutil.rmtree(final)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
         log_path = final.parent / f"{final.name}.install.log"
         started = time.monotonic()
         say(f"building the CPU runtime of vLLM {version} in {final} (log: {log_path}) ...")
-        try:
-            with open(log_path, "w") as log:
-                builder(version, tmp, log)
+        with paths.staging(final.parent, f".{final.name}") as tmp, open(log_path, "w") as log:
+            builder(version, tmp, log)
             os.replace(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         _fix_shebangs(final, tmp)
         seconds = time.monotonic() - started
         (final / MARKER).write_text(
@@ -377,8 +375,7 @@ def prepare_overlay(version: str, site: Path, info: SeriesInfo, say=print) -> Pa
         return target
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with paths.staging(target.parent, f".{target.name}") as tmp:
         _link_or_copy_tree(site / "vllm", tmp / "vllm")
         for rel in files:
             dest = tmp / rel
@@ -390,8 +387,6 @@ def prepare_overlay(version: str, site: Path, info: SeriesInfo, say=print) -> Pa
                 dest.write_bytes(data)
         (tmp / MARKER).write_text(json.dumps({"head": info.head, "files": files}, indent=1))
         os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     say(f"patched root: {target} ({len(files)} file(s) from {info.tree}: {', '.join(files)})")
     return target
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from verify import paths
 from verify.errors import PatchbenchError
 
 if TYPE_CHECKING:
@@ -78,13 +77,10 @@ def _materialize_rev(tree: BuildTree, rev: str) -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".root-", dir=target.parent))
     present = [p for p in ROOT_PATHS if tree.git("ls-tree", "--name-only", commit, "--", p)]
-    try:
+    with paths.staging(target.parent, ".root") as staging:
         tree.export_tree(commit, staging, present)
         os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
