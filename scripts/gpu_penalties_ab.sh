@@ -36,15 +36,17 @@
 # KV cache per engine: the largest shape's B x (32 + L) tokens (no preemption); the script
 # refuses shapes whose engines do not fit the GPU together (B=256 or L=8160 at B=64: one
 # engine alone). Needs the bundle installed and .gpu/overlay carried (packed with
-# `python -m verify.gpu_overlay 0.22.0`). Record -> $OUT/gpu/<TAG>.json.
+# `python -m verify.gpu_overlay 0.22.0`). Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default
+# /tmp/vllm-bundle) and PB_WORK (default /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
 tag=${1:?usage: gpu_penalties_ab.sh TAG}
-test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
-export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
+bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it
+test -f "$bundle/site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+export PYTHONPATH=$bundle/site PYTHONUNBUFFERED=1
 export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
 deadline=${PB_DEADLINE:-540}
 OUT=${OUT:-/tmp/pb-out}
-work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
+work=${PB_WORK:-/root/pb-ab}/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
 overlay=$PWD/.gpu/overlay/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_overlay
 : "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
@@ -77,8 +79,8 @@ Path(sys.argv[2]).write_text(json.dumps({
 PY
 mapfile -t plan < "$work/args"
 timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
-  --model /tmp/pb-model --base-site /tmp/vllm-bundle/site "${plan[@]}" \
-  --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
+  --model /tmp/pb-model --base-site "$bundle/site" "${plan[@]}" \
+  --rounds "$PB_ROUNDS" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root "${PB_CACHE_ROOT:-/tmp/pb-vllm-cache/penalties-ab}" --meta "$work/meta.json" \
   $([ "${PB_PIN_ENGINES:-0}" = 1 ] && echo --pin-cpus) --out "$OUT/gpu/$tag.json"
 rc=$?
