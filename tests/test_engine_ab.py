@@ -157,7 +157,7 @@ def synthetic_run(
 @pytest.fixture
 def root(gpu_results_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Results root whose goal range is the synthetic runs' one measured shape."""
-    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False),))
+    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, True),))
     return gpu_results_root
 
 
@@ -381,11 +381,21 @@ def test_the_reason_names_each_pools_gpu_and_seeding(root):
 def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
     assert _import(root, run, engine_pairs=True)["outcome"] == "pass"
-    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False), (64, 8000, False)))
+    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, True), (64, 8000, False, True)))
     record = _import(root, run, engine_pairs=True)
     assert record["outcome"] == "inconclusive"
-    assert "goal cells not measured: B=64 L>=8000 no top-k/top-p" in record["reason"]
-    assert record["numbers"]["goal_not_measured"] == ["B=64 L>=8000 no top-k/top-p"]
+    assert "goal cells not measured: B=64 L>=8000 no top-k/top-p, seeded" in record["reason"]
+    assert record["numbers"]["goal_not_measured"] == ["B=64 L>=8000 no top-k/top-p, seeded"]
+
+
+def test_a_seeded_pool_covers_no_unseeded_goal_cell(root, monkeypatch):
+    """A seed per request lengthens the step and dilutes the penalty cost: the goal's unseeded
+    cell stays unmeasured until an unseeded run covers it."""
+    run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, False),))
+    record = _import(root, run, engine_pairs=True)
+    assert record["outcome"] == "inconclusive"
+    assert record["numbers"]["goal_not_measured"] == ["B=64 L=2048 no top-k/top-p, unseeded"]
 
 
 def test_nothing_measured_is_not_run(root):
