@@ -2,7 +2,8 @@
 
 Shows where the per-step host time of the penalty path goes (issues 8 and 22; one engine of
 `--batch` rows, plain and penalized as issue 22's A/B samples them: no top-p, seeded). Runs in the
-current import root (PYTHONPATH: the bundle or a patched copy of it), in-process engine:
+current import root (PYTHONPATH: the bundle or a patched copy of it), in-process engine
+(`--unseeded`: no seed per request, vLLM's default, a shorter step):
     VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0 \\
     python3 scripts/gpu_profile_penalties.py --out $OUT/profile --output-len 1024
 Writes <out>/<config>.txt (top functions by own and cumulative time) and summary.json.
@@ -34,6 +35,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=1024)
     ap.add_argument("--cuda", action="store_true", help="torch.profiler, CPU and CUDA")
+    ap.add_argument("--unseeded", action="store_true", help="no seed per request (vLLM's default)")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_SAMPLE_TOKENS_TIMING", "1")
@@ -44,9 +46,11 @@ def main() -> int:
     spec = gpu_verify._penalties_step(args.batch, args.output_len, args.output_len + 48)
     llm = LLM(model=str(gpu_verify.MODEL), seed=0, **spec["engine"])
     summary: dict = {"batch": args.batch, "output_len": args.output_len, "configs": {}}
+    summary["seeded"] = not args.unseeded
     for name, config in spec["configs"].items():
         # As issue 22's A/B samples: temperature 1, no top-p.
         params = {k: v for k, v in config["params"].items() if k != "top_p"}
+        params |= {"seed": None} if args.unseeded else {}
         config = {**config, "params": params}
         gpu_verify._run_config(llm, spec, config, warmup=True)
         profile = cuda_profile if args.cuda else host_profile

@@ -147,8 +147,10 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
     output_len = 8 if warmup else config["output_len"]
     period = spec.get("prompt_period")  # repeated phrases give the ngram proposer matches
     prompts = prompt_batch(4 if warmup else batch, input_len, rng, period)
-    sampling = [
-        SamplingParams(max_tokens=output_len, ignore_eos=True, seed=1000 + i, **config["params"])
+    sampling = [  # params may set "seed": None (vLLM's default: no per-request generator)
+        SamplingParams(
+            max_tokens=output_len, ignore_eos=True, **{"seed": 1000 + i, **config["params"]}
+        )
         for i in range(len(prompts))
     ]
     _timers_call("reset")
