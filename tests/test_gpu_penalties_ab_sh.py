@@ -1,55 +1,52 @@
-"""scripts/gpu_penalties_ab.sh without a GPU: a stand-in `python3` records each call's
-arguments (and writes the planner's argument file), so the knobs can be seen reaching
-`python -m verify.ab engine`."""
+"""scripts/gpu_penalties_ab.sh without a GPU: a stand-in `python3` on PATH runs the real
+planner, skips the device steps (model, sites, meta) and records the `python -m verify.ab
+engine` command line, which must parse with the A/B core's own parser and carry the knobs."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
+from verify.ab.__main__ import build_parser
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_penalties_ab.sh"
-FAKE_PYTHON = """#!/usr/bin/env bash
-echo "$*" >> "$PB_TEST_CALLS"
-prev=
-for a in "$@"; do [ "$prev" = --out-args ] && echo "--config=x" > "$a"; prev=$a; done
-exit 0
+FAKE_PYTHON = f"""#!/usr/bin/env bash
+if [ "$1" = - ]; then cat > /dev/null; exit 0; fi   # the device steps (model, sites, meta)
+if [ "$2" = verify.gpu.penalty_plan ]; then exec {sys.executable} "$@"; fi
+shift 2  # -m verify.ab
+{{ printf '%q ' "$@"; echo; }} >> "$PB_TEST_ARGV"
 """
 
 
-def engine_call(tmp_path: Path, **knobs: str) -> str:
-    """The arguments the script gave `python3 -m verify.ab engine`, run with `knobs`."""
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(SCRIPT, tmp_path / "scripts")
-    for name, text in {"python3": FAKE_PYTHON, "nvidia-smi": "#!/usr/bin/env bash\n"}.items():
-        (bin_dir / name).parent.mkdir(exist_ok=True)
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    (tmp_path / "bundle" / "site").mkdir(parents=True)
-    (tmp_path / "bundle" / "site" / ".ready").touch()
+def engine_args(tmp_path: Path, **knobs: str):
+    """The parsed `verify.ab engine` arguments of `gpu_penalties_ab.sh t` run with `knobs`."""
+    bin_dir, bundle, argv = tmp_path / "bin", tmp_path / "bundle", tmp_path / "argv"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (bundle / "site").mkdir(parents=True)
+    (bundle / "site" / ".ready").touch()
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
-    env |= {"PB_BUNDLE": str(tmp_path / "bundle"), "PB_WORK": str(tmp_path / "work")}
-    env |= {"PB_TEST_CALLS": str(calls), **knobs}
+    env |= {"PB_BUNDLE": str(bundle), "PB_WORK": str(tmp_path / "work")}
+    env |= {"PB_TEST_ARGV": str(argv), **knobs}
     done = subprocess.run(
-        ["bash", "scripts/gpu_penalties_ab.sh", "t"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        ["bash", str(SCRIPT), "t"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    found = [line for line in calls.read_text().splitlines() if "verify.ab engine" in line]
-    assert len(found) == 1, calls.read_text()
-    return found[0]
+    (line,) = argv.read_text().splitlines()
+    return build_parser().parse_args(shlex.split(line))
 
 
 def test_rounds_knob_reaches_the_engine_ab(tmp_path):
-    call = engine_call(tmp_path, PB_ROUNDS="60")
-    assert "--rounds 60 " in call
-    assert f"--base-site {tmp_path}/bundle/site " in call
+    args = engine_args(tmp_path, PB_ROUNDS="60")
+    assert args.command == "engine" and args.rounds == 60
+    assert args.base_site == str(tmp_path / "bundle" / "site")
 
 
 def test_rounds_default_is_twenty(tmp_path):
-    assert "--rounds 20 " in engine_call(tmp_path)
+    assert engine_args(tmp_path).rounds == 20
