@@ -4,7 +4,9 @@
 # pinned to its equal share of the CPU cores, with its own compile cache. Each job is
 # "TAG KNOB=VALUE ..." with gpu_penalties_ab.sh's knobs; the record names the job's GPU and
 # cores (PB_PARALLEL). Each job asks for the model and its sites; the first builds them, the
-# others wait for it (verify.locks.build_once).
+# others wait for it (verify.locks.build_once). Job i's engines take their VLLM_PORT from
+# 20000 + 1000 i up (verify.ab engine_ports: 100 each), so that engines started at once on
+# one host never pick the same free port.
 # Records -> $OUT/gpu/<TAG>.json; the jobs' output and engine log tails ->
 # $OUT/gpu/logs-<first TAG>.tgz (a device call returns at most 8 files). PB_BUNDLE (default
 # /tmp/vllm-bundle) and PB_LOGS (default /root/pb-ab/parallel) move the bundle and the logs.
@@ -25,7 +27,7 @@ for job in "$@"; do
   note="GPU $i of $gpus, CPUs $cpus${pin:+ (taskset)}, beside $(($# - 1)) other jobs"
   (  # the knobs as a shell would read them: PB_SAMPLING='plain pen plain-topkp pen-topkp'
     eval "export $knobs" && export CUDA_VISIBLE_DEVICES=$i PB_PARALLEL="$note" \
-      PB_CACHE_ROOT=/tmp/pb-vllm-cache/gpu$i OUT="$logs/$tag"
+      PB_CACHE_ROOT=/tmp/pb-vllm-cache/gpu$i OUT="$logs/$tag" VLLM_PORT=$((20000 + i * 1000))
     exec ${pin:+$pin -c $cpus} bash scripts/gpu_penalties_ab.sh "$tag"
   ) >"$logs/$tag.out" 2>&1 &
   pids+=($!) && tags+=("$tag") && i=$((i + 1))

@@ -499,6 +499,43 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     assert record["tokens"]["plain"]["identical"] and not list(tmp_path.glob("work/*.tmp"))
 
 
+def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
+    """Each engine's VLLM_PORT is its own (vLLM scans up from it), from the caller's VLLM_PORT
+    or 20000; a variant's own VLLM_PORT wins; a bad or too high base is a named error. Left to
+    vLLM's port-0 choice, two engines started at once drew one port (EADDRINUSE, session 26)."""
+    from verify.ab import __main__ as ab_main
+
+    started: dict[str, dict] = {}
+
+    class StandInEngine:
+        def __init__(self, cmd, env, prefix, label, cpus):
+            started[label.split()[0]] = env
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(ab_main, "Engine", StandInEngine)
+    args = SimpleNamespace(
+        cache_root=None, pin_cpus=False, python="py", model="m", engine_args="{}"
+    )
+    variants = {"a": (["/s"], {}), "b": (["/s"], {}), "c": (["/s"], {"VLLM_PORT": "31000"})}
+
+    def ports() -> list[str]:
+        ab_main.start_engines(variants, args, tmp_path, {})
+        return [started[name]["VLLM_PORT"] for name in variants]
+
+    monkeypatch.delenv("VLLM_PORT", raising=False)
+    assert ports() == ["20000", "20100", "31000"]
+    monkeypatch.setenv("VLLM_PORT", "21000")
+    assert ports() == ["21000", "21100", "31000"]
+    monkeypatch.setenv("VLLM_PORT", "x")
+    with pytest.raises(SystemExit, match="expected a port number"):
+        ports()
+    monkeypatch.setenv("VLLM_PORT", "65400")
+    with pytest.raises(SystemExit, match="3 engines need ports 65400-65699"):
+        ports()
+
+
 def test_the_plan_is_what_the_front_end_accepts():
     from verify.ab.__main__ import build_parser, cells_of, parse_variant
 

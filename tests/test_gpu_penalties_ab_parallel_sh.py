@@ -15,8 +15,9 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_penalties_ab_parallel.sh"
 FAKE_JOB = """#!/usr/bin/env bash
 mkdir -p "$OUT/gpu"
-printf '{"gpu": "%s", "parallel": "%s", "sampling": "%s", "cache": "%s"}' \\
-  "$CUDA_VISIBLE_DEVICES" "$PB_PARALLEL" "${PB_SAMPLING:-}" "$PB_CACHE_ROOT" > "$OUT/gpu/$1.json"
+printf '{"gpu": "%s", "parallel": "%s", "sampling": "%s", "cache": "%s", "port": "%s"}' \\
+  "$CUDA_VISIBLE_DEVICES" "$PB_PARALLEL" "${PB_SAMPLING:-}" "$PB_CACHE_ROOT" "$VLLM_PORT" \\
+  > "$OUT/gpu/$1.json"
 echo "engine log of $1" > "$OUT/gpu/$1-patched.log"
 echo "gpu_penalties_ab $1: rc ${PB_TEST_RC:-0}"
 exit "${PB_TEST_RC:-0}"
@@ -65,6 +66,7 @@ def test_each_job_runs_alone_on_its_gpu_and_cores_with_its_knobs(tmp_path):
     assert "GPU 0 of 4, CPUs 0-15" in first["parallel"]
     assert "GPU 1 of 4, CPUs 16-31" in second["parallel"]
     assert first["cache"] != second["cache"]
+    assert (first["port"], second["port"]) == ("20000", "21000")  # engines' ports kept apart
     with tarfile.open(out / "gpu" / "logs-t0.tgz") as tar:
         names = tar.getnames()
     assert "./t1/gpu/t1-patched.log" in names and "./t0.out" in names

@@ -66,6 +66,11 @@ PLANT_SITE = Path(__file__).resolve().parent / "plant"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What a planted variant's measurement adds to its values (`with_plant_count`).
 PLANT_KEYS = ("planted_steps", "planted_slept_s")
+#: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
+#: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
+#: ENGINE_PORT_SPAN ports from the base: vLLM scans upward from VLLM_PORT for a free one.
+ENGINE_PORT_BASE = 20000
+ENGINE_PORT_SPAN = 100
 
 
 def parse_variant(spec: str, base_site: str) -> tuple[str, list[str], dict[str, str]]:
@@ -438,14 +443,34 @@ def comparisons_of(args, cells: list[str], configs: dict) -> list[tuple[str, str
     return pairs
 
 
+def engine_ports(count: int, env: dict | None = None) -> list[int]:
+    """Each engine's own VLLM_PORT, ENGINE_PORT_SPAN apart from the caller's VLLM_PORT (or
+    ENGINE_PORT_BASE). Left to vLLM, engines started at once pick a free port each by binding
+    port 0 and closing it, and two of them can draw the same one (EADDRINUSE in
+    init_process_group); jobs that share a host set VLLM_PORT apart
+    (scripts/gpu_penalties_ab_parallel.sh)."""
+    raw = (os.environ if env is None else env).get("VLLM_PORT", "").strip()
+    try:
+        base = int(raw) if raw else ENGINE_PORT_BASE
+    except ValueError:
+        raise SystemExit(f"VLLM_PORT={raw!r}: expected a port number") from None
+    end = base + count * ENGINE_PORT_SPAN
+    if base <= 0 or end > 65536:
+        raise SystemExit(f"VLLM_PORT={base}: {count} engines need ports {base}-{end - 1}")
+    return [base + i * ENGINE_PORT_SPAN for i in range(count)]
+
+
 def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) -> None:
-    """Every variant's worker started at once (start-up overlaps) into `engines`."""
+    """Every variant's worker started at once (start-up overlaps) into `engines`, each with its
+    own VLLM_PORT (engine_ports)."""
     cache = Path(args.cache_root) if args.cache_root else work / "cache"
     shares = split_cpus(os.sched_getaffinity(0), len(variants)) if args.pin_cpus else None
+    ports = engine_ports(len(variants)) if variants else []
     for i, (name, (paths, env)) in enumerate(variants.items()):
         full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, cache)
         full_env.update(plant_count_env(name, env, work))
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        full_env["VLLM_PORT"] = env.get("VLLM_PORT", str(ports[i]))  # a variant's own wins
         cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
         cpus = shares[i] if shares else None
         engines[name] = Engine(cmd, full_env, work / name, f"{name} engine", cpus).start()
