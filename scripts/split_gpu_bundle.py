@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Cut an offline vLLM bundle (../shared/gpu/make-bundle.py's .gpu/a and .gpu/b) into more,
+smaller pieces, once the project's own files no longer leave room for a 58 MiB piece in a
+device call (64 MiB at most, every tracked file included: 9 MB after session 25).
+
+    python scripts/split_gpu_bundle.py                        # .gpu/a, .gpu/b -> .gpu/p1 .. pN
+    python scripts/split_gpu_bundle.py --beside .gpu/overlay  # room for it beside the last piece
+
+N is the fewest pieces of which each fits beside the tracked files, with 1 MiB to spare, and
+the last also beside the --beside paths (its call can then start the work). The pieces join
+into the same archive (its sha256 is checked against the manifest), and each piece folder has
+the bundle's install.sh and a manifest that lists the new pieces: install with one call per
+piece, in order (`bash .gpu/p1/install.sh`, ...); the last one unpacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CARRY_LIMIT = 64 * 2**20  # what one device call takes along
+SPARE = 2**20
+
+
+def tree_bytes(paths: list[Path]) -> int:
+    """Bytes of the files under `paths` (files or folders)."""
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+    return sum(f.stat().st_size for f in files)
+
+
+def tracked_bytes(repo: Path) -> int:
+    """Bytes of the files git tracks or would add (untracked, not ignored) in `repo`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo, capture_output=True, check=True,
+    ).stdout.split(b"\0")  # fmt: skip
+    return tree_bytes(
+        [repo / name.decode() for name in listed if name and (repo / name.decode()).exists()]
+    )
+
+
+def piece_count(total: int, tracked: int, beside: int, limit: int = CARRY_LIMIT) -> int:
+    """The fewest equal pieces of `total` bytes that each fit a call beside `tracked` bytes and
+    `beside` bytes (carried with the last), with SPARE to spare; a named error where none can."""
+    room = limit - tracked - beside - SPARE
+    if room <= 0:
+        raise SystemExit(
+            f"no room for a piece: {tracked} tracked bytes and {beside} beside leave {room} of "
+            f"{limit}; ignore or carry less"
+        )
+    return max(math.ceil(total / room), 1)
+
+
+def split(src: list[Path], out: Path, count: int) -> list[Path]:
+    """`src` folders' pieces joined (checked against their manifest) and cut into `count`
+    folders out/p1 .. pN, each with install.sh and a manifest naming the new pieces."""
+    manifest = json.loads((src[0] / "manifest.json").read_text())
+    parts = [next(d / p for d in src if (d / p).exists()) for p in manifest["pieces"]]
+    whole = b"".join(p.read_bytes() for p in parts)
+    if hashlib.sha256(whole).hexdigest() != manifest["sha256"]:
+        raise SystemExit(f"{', '.join(map(str, src))}: the pieces do not match their manifest")
+    size = math.ceil(len(whole) / count)
+    names = [f"vllm.tar.xz.{i:02d}" for i in range(count)]
+    folders = []
+    for i, name in enumerate(names):
+        folder = out / f"p{i + 1}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(whole[i * size : (i + 1) * size])
+        shutil.copy2(src[0] / "install.sh", folder / "install.sh")
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "pieces": names}, indent=1))
+        folders.append(folder)
+    return folders
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--src", type=Path, nargs="+", default=[Path(".gpu/a"), Path(".gpu/b")])
+    ap.add_argument("--out", type=Path, default=Path(".gpu"))
+    ap.add_argument(
+        "--beside", type=Path, nargs="*", default=[], help="carried with the last piece"
+    )
+    ap.add_argument("--repo", type=Path, default=Path("."))
+    args = ap.parse_args(argv)
+    missing = [str(d) for d in args.src if not (d / "manifest.json").exists()]
+    if missing:
+        raise SystemExit(
+            f"no bundle piece at {', '.join(missing)}: run ../shared/gpu/make-bundle.py"
+        )
+    manifest = json.loads((args.src[0] / "manifest.json").read_text())
+    total = sum(
+        tree_bytes([d / p for d in args.src if (d / p).exists()]) for p in manifest["pieces"]
+    )
+    tracked, beside = tracked_bytes(args.repo), tree_bytes(args.beside)
+    count = piece_count(total, tracked, beside)
+    for folder in split(args.src, args.out, count):
+        size = tree_bytes([folder])
+        print(f"{folder}: {size / 2**20:.1f} MiB (+ {tracked / 2**20:.1f} MiB tracked)")
+    print(f"{count} calls: bash {args.out}/p1/install.sh ... bash {args.out}/p{count}/install.sh")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
