@@ -398,6 +398,35 @@ def test_a_seeded_pool_covers_no_unseeded_goal_cell(root, monkeypatch):
     assert record["numbers"]["goal_not_measured"] == ["B=64 L=2048 no top-k/top-p, unseeded"]
 
 
+def test_a_goal_range_measured_off_the_h100_says_so(root):
+    """Issue 22 states its goal on the H100: a goal range covered on an H200 alone keeps its
+    verdict and says where it was measured; on the H100 it says nothing more."""
+    run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    on_h100 = _import(root, run, engine_pairs=True)
+    assert on_h100["outcome"] == "pass" and "the issue's GPU" not in on_h100["reason"]
+    assert on_h100["numbers"]["goal_not_measured_on_H100"] == []
+    run["machine"] = {**run["machine"], "gpu": "NVIDIA H200"}
+    on_h200 = _import(root, run, engine_pairs=True)
+    assert on_h200["outcome"] == "pass"
+    assert "goal range measured on H200, not all of it on the H100" in on_h200["reason"]
+    cells = on_h200["numbers"]["goal_not_measured_on_H100"]
+    assert cells == ["B=64 L=2048 no top-k/top-p, seeded"]
+
+
+def test_a_stopped_run_is_named_by_its_last_exception_line():
+    tail = (
+        "patched engine exited with code 1; log tail (/w/patched.log):\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\n'
+        "ValueError: an earlier one\n"
+        "torch.distributed.DistNetworkError: failed to listen; name: EADDRINUSE\n"
+    )
+    assert gpu_engine_ab.stop_cause(tail) == (
+        "patched engine exited with code 1: "
+        "torch.distributed.DistNetworkError: failed to listen; name: EADDRINUSE"
+    )
+    assert gpu_engine_ab.stop_cause("out of time") == "out of time"
+
+
 def test_nothing_measured_is_not_run(root):
     run = synthetic_run({}, 0.002)
     for stage in run["stages"]:

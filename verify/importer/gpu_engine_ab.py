@@ -64,6 +64,8 @@ GOAL = (
     (32, 2048, False, False), (64, 2048, False, False), (128, 2048, False, False),
     (256, 2048, False, False), (64, 8000, False, False), (64, 2048, True, False),
 )  # fmt: skip
+#: The GPU model issue 22 states its goal on: a goal range measured only on others is said.
+GOAL_GPU = "H100"
 FILES = "penalties-ab*.json"
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 BASELINES = ("series", "pristine")
@@ -513,10 +515,8 @@ class Pool:
     @property
     def label(self) -> str:
         """`B=32 L=2048 (H100, unseeded)`: the pool as the verdict's reason names it."""
-        gpu_name = self.gpu
-        model = re.search(r"\b[A-Z]\d{2,4}\b", gpu_name)
         extra = ", top-k/top-p run" if self.has_topkp else ""
-        return f"{self.shape} ({model.group(0) if model else gpu_name}, {self.seeded}{extra})"
+        return f"{self.shape} ({gpu_model(self.gpu)}, {self.seeded}{extra})"
 
     @property
     def title(self) -> str:
@@ -578,10 +578,19 @@ def pool_runs(runs: list[dict], version: str) -> tuple[list[Pool], list[dict], l
             shapes = {shape_of(s): s["status"] for s in run["stages"]}
             entries.append({"date": run["date"], "command": run.get("command"), "shapes": shapes})
             if run.get("stopped"):
-                unmeasured[run["date"]] = f"run {run['date']} stopped: {run['stopped'][:300]}"
+                unmeasured[run["date"]] = f"run {run['date']} stopped: {stop_cause(run['stopped'])}"
     measured = {p.shape for p in pools.values() if not p.pristine_only}
     not_run = [text for shape, text in unmeasured.items() if shape not in measured]
     return list(pools.values()), entries, not_run
+
+
+def stop_cause(stopped: str) -> str:
+    """Why a run stopped, in a line: the front-end's first line and, where a log tail follows,
+    its last exception line (the record keeps the whole tail)."""
+    head, _, tail = stopped.partition("\n")
+    errors = re.findall(r"^[\w.]*(?:Error|Exception|Exit)\b.*$", tail, re.M)
+    head = head.split("; log tail", 1)[0]
+    return f"{head}: {errors[-1][:300]}" if errors else head[:300]
 
 
 def penalty_cost(version: str) -> dict | None:
@@ -593,7 +602,7 @@ def penalty_cost(version: str) -> dict | None:
     src = runs[-1]
     pools, entries, not_run = pool_runs(runs, version)
     threshold = _threshold(version)
-    parts, tables, key, covered = [], [], [KEY_HEADER], set()
+    parts, tables, key, covered = [], [], [KEY_HEADER], {}
     numbers: dict = {"runs": entries, "pooled": {}}
     for pool in pools:
         found = costs(pool.run, pool.stage, pool.rounds)
@@ -608,7 +617,8 @@ def penalty_cost(version: str) -> dict | None:
         tables.append(f"{pool.title}\n\n" + "\n".join([HEADER, *rows]))
         shape = (pool.stage["batch"], pool.stage["output_len"])
         seeded = pool.seeded == "seeded"
-        covered |= {(*shape, topkp, seeded) for variant, topkp in found if variant == "patched"}
+        for cell in {(*shape, topkp, seeded) for variant, topkp in found if variant == "patched"}:
+            covered.setdefault(cell, set()).add(gpu_model(pool.gpu))
     plain = judge_plain_aa(pools, threshold)
     if plain is not None:
         parts.append(plain[0])
@@ -617,14 +627,35 @@ def penalty_cost(version: str) -> dict | None:
             "",
             f"Plain requests, patched / series tok/s over every run (judged): {plain[0].reason}",
         ]
-    missing = goal_missing(covered)
+    missing = goal_missing(set(covered))
+    on_goal_gpu = goal_missing({c for c, models in covered.items() if GOAL_GPU in models})
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
     numbers["goal_not_measured"] = missing
+    numbers[f"goal_not_measured_on_{GOAL_GPU}"] = on_goal_gpu
     numbers["runs_of_other_series_left_out"] = len(runs) - len(entries)  # pool_runs: current
     verdict = _verdict(parts, not_run, missing)
+    if not missing and on_goal_gpu:
+        models = sorted({m for c, ms in covered.items() for m in ms if goal_cell(c)})
+        where = f"goal range measured on {', '.join(models)}, not all of it on the {GOAL_GPU}"
+        verdict = Verdict(verdict.outcome, f"{verdict.reason}; {where} (the issue's GPU)")
     key_table = "\n".join(key) if len(key) > 1 else None
     return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
+
+
+def gpu_model(gpu_name: str) -> str:
+    """`H100` of `NVIDIA H100 80GB HBM3`: the model a GPU name gives (else the name)."""
+    model = re.search(r"\b[A-Z]\d{2,4}\b", gpu_name)
+    return model.group(0) if model else gpu_name
+
+
+def covers(cell: tuple[int, int, bool, bool], goal: tuple[int, int, bool, bool]) -> bool:
+    """Whether a measured (B, L, top-k/top-p, seeded) cell covers a GOAL cell."""
+    return cell[0] == goal[0] and cell[1] >= goal[1] and cell[2:] == goal[2:]
+
+
+def goal_cell(cell: tuple[int, int, bool, bool]) -> bool:
+    return any(covers(cell, goal) for goal in GOAL)
 
 
 def goal_missing(covered: set[tuple[int, int, bool, bool]]) -> list[str]:
@@ -633,7 +664,7 @@ def goal_missing(covered: set[tuple[int, int, bool, bool]]) -> list[str]:
         f"B={b} L{'>=' if length > 2048 else '='}{length} {_kind(topkp)}, "
         f"{'seeded' if seeded else 'unseeded'}"
         for b, length, topkp, seeded in GOAL
-        if not any(c[0] == b and c[1] >= length and c[2:] == (topkp, seeded) for c in covered)
+        if not any(covers(c, (b, length, topkp, seeded)) for c in covered)
     ]
 
 
