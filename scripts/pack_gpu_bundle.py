@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify.gpu import fatbin  # noqa: E402
+from verify.gpu import bundle_pieces, fatbin  # noqa: E402
 
 CUDA12_RUNTIME = "nvidia-cuda-runtime-cu12==12.9.79"  # the CUDA 0.18.1's wheel was built with
 CUDART = "nvidia/cuda_runtime/lib/libcudart.so.12"
@@ -99,14 +99,7 @@ def split(tar_path: Path, out: Path, limit: int, pieces: int = 1) -> list[str]:
     out/a/vllm.tar.xz.00, out/b/vllm.tar.xz.01, ..."""
     data = tar_path.read_bytes()
     count = max(pieces, -(-len(data) // limit))
-    size = -(-len(data) // count)
-    names = []
-    for i in range(count):
-        folder = out / "abcdefgh"[i]
-        folder.mkdir(parents=True)
-        names.append(f"vllm.tar.xz.{i:02d}")
-        (folder / names[-1]).write_bytes(data[i * size : (i + 1) * size])
-    return names
+    return bundle_pieces.write_pieces(data, [out / "abcdefgh"[i] for i in range(count)])
 
 
 def main() -> None:

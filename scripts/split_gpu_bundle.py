@@ -24,6 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from verify.gpu import bundle_pieces  # noqa: E402
+
 CARRY_LIMIT = 64 * 2**20  # what one device call takes along
 SPARE = 2**20
 
@@ -40,9 +44,8 @@ def tracked_bytes(repo: Path) -> int:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=repo, capture_output=True, check=True,
     ).stdout.split(b"\0")  # fmt: skip
-    return tree_bytes(
-        [repo / name.decode() for name in listed if name and (repo / name.decode()).exists()]
-    )
+    files = [repo / name.decode() for name in listed if name]
+    return tree_bytes([f for f in files if f.exists()])  # deleted, not yet staged: not carried
 
 
 def piece_count(total: int, tracked: int, beside: int, limit: int = CARRY_LIMIT) -> int:
@@ -57,25 +60,25 @@ def piece_count(total: int, tracked: int, beside: int, limit: int = CARRY_LIMIT)
     return max(math.ceil(total / room), 1)
 
 
+def bundle_parts(src: list[Path], manifest: dict) -> list[Path]:
+    """The manifest's pieces, in order, each from the `src` folder that has it."""
+    return [next(d / p for d in src if (d / p).exists()) for p in manifest["pieces"]]
+
+
 def split(src: list[Path], out: Path, count: int) -> list[Path]:
     """`src` folders' pieces joined (checked against their manifest) and cut into `count`
     folders out/p1 .. pN, each with install.sh and a manifest naming the new pieces."""
     manifest = json.loads((src[0] / "manifest.json").read_text())
-    parts = [next(d / p for d in src if (d / p).exists()) for p in manifest["pieces"]]
-    whole = b"".join(p.read_bytes() for p in parts)
+    whole = b"".join(p.read_bytes() for p in bundle_parts(src, manifest))
     if hashlib.sha256(whole).hexdigest() != manifest["sha256"]:
         raise SystemExit(f"{', '.join(map(str, src))}: the pieces do not match their manifest")
-    size = math.ceil(len(whole) / count)
-    names = [f"vllm.tar.xz.{i:02d}" for i in range(count)]
-    folders = []
-    for i, name in enumerate(names):
-        folder = out / f"p{i + 1}"
+    folders = [out / f"p{i + 1}" for i in range(count)]
+    for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        (folder / name).write_bytes(whole[i * size : (i + 1) * size])
+    names = bundle_pieces.write_pieces(whole, folders)
+    for folder in folders:
         shutil.copy2(src[0] / "install.sh", folder / "install.sh")
         (folder / "manifest.json").write_text(json.dumps({**manifest, "pieces": names}, indent=1))
-        folders.append(folder)
     return folders
 
 
@@ -96,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             f"no bundle piece at {', '.join(missing)}: run ../shared/gpu/make-bundle.py"
         )
     manifest = json.loads((args.src[0] / "manifest.json").read_text())
-    total = sum(
-        tree_bytes([d / p for d in args.src if (d / p).exists()]) for p in manifest["pieces"]
-    )
+    total = tree_bytes(bundle_parts(args.src, manifest))
     tracked, beside = tracked_bytes(args.repo), tree_bytes(args.beside)
     count = piece_count(total, tracked, beside)
     for folder in split(args.src, args.out, count):
