@@ -465,7 +465,7 @@ def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) 
     own VLLM_PORT (engine_ports)."""
     cache = Path(args.cache_root) if args.cache_root else work / "cache"
     shares = split_cpus(os.sched_getaffinity(0), len(variants)) if args.pin_cpus else None
-    ports = engine_ports(len(variants)) if variants else []
+    ports = engine_ports(len(variants))
     for i, (name, (paths, env)) in enumerate(variants.items()):
         full_env = variant_env(name, [*paths, str(REPO_ROOT)], env, cache)
         full_env.update(plant_count_env(name, env, work))
