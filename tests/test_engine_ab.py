@@ -427,6 +427,22 @@ def test_a_stopped_run_is_named_by_its_last_exception_line():
     assert gpu_engine_ab.stop_cause("out of time") == "out of time"
 
 
+def test_a_stopped_run_beside_measured_ones_is_named_not_counted_as_unmeasured(root):
+    """A run that died at start-up leaves its shape measured by the others: the verdict keeps
+    its outcome and names the run among those that stopped, not among the shapes not measured
+    (here B=128, which no run reached)."""
+    dead = synthetic_run({}, 0.002, seed=9)
+    for stage in dead["stages"]:
+        stage["rounds"], stage["status"] = [], "not run: the engine exited"
+    dead |= {"rounds": [], "date": "2026-11-25T05:00:00+00:00", "stopped": "engine exited"}
+    (root / "0.22.0" / "penalties-ab-dead.json").write_text(json.dumps(dead))
+    run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    record = _import(root, run, engine_pairs=True)
+    assert record["outcome"] == "pass"
+    assert "runs that stopped: run 2026-11-25T05:00:00+00:00: engine exited" in record["reason"]
+    assert [text.split(" (")[0] for text in record["numbers"]["not_run"]] == ["B=128 L=2048"]
+
+
 def test_nothing_measured_is_not_run(root):
     run = synthetic_run({}, 0.002)
     for stage in run["stages"]:

@@ -555,8 +555,8 @@ def same_code(run: dict, newest: dict, version: str) -> bool:
 
 
 def pool_runs(runs: list[dict], version: str) -> tuple[list[Pool], list[dict], list[str]]:
-    """(pools, the runs of the newest run's code as listed in the record, shapes no run
-    measured)."""
+    """(pools, the runs of the newest run's code as listed in the record, each with why it
+    stopped where it did, shapes no run measured)."""
     pools: dict[tuple, Pool] = {}
     entries, unmeasured = [], {}
     for run in runs:
@@ -576,9 +576,10 @@ def pool_runs(runs: list[dict], version: str) -> tuple[list[Pool], list[dict], l
                 unmeasured.setdefault(shape, f"{shape} ({stage['status']})")
         if not earlier:
             shapes = {shape_of(s): s["status"] for s in run["stages"]}
-            entries.append({"date": run["date"], "command": run.get("command"), "shapes": shapes})
+            entry = {"date": run["date"], "command": run.get("command"), "shapes": shapes}
             if run.get("stopped"):
-                unmeasured[run["date"]] = f"run {run['date']} stopped: {stop_cause(run['stopped'])}"
+                entry["stopped"] = stop_cause(run["stopped"])
+            entries.append(entry)
     measured = {p.shape for p in pools.values() if not p.pristine_only}
     not_run = [text for shape, text in unmeasured.items() if shape not in measured]
     return list(pools.values()), entries, not_run
@@ -634,7 +635,8 @@ def penalty_cost(version: str) -> dict | None:
     numbers["goal_not_measured"] = missing
     numbers[f"goal_not_measured_on_{GOAL_GPU}"] = on_goal_gpu
     numbers["runs_of_other_series_left_out"] = len(runs) - len(entries)  # pool_runs: current
-    verdict = _verdict(parts, not_run, missing)
+    stopped = [f"run {e['date']}: {e['stopped']}" for e in entries if "stopped" in e]
+    verdict = _verdict(parts, not_run, missing, stopped)
     if not missing and on_goal_gpu:
         models = sorted({m for c, ms in covered.items() for m in ms if goal_cell(c)})
         where = f"goal range measured on {', '.join(models)}, not all of it on the {GOAL_GPU}"
@@ -668,12 +670,14 @@ def goal_missing(covered: set[tuple[int, int, bool, bool]]) -> list[str]:
     ]
 
 
-def _verdict(parts: list[Verdict], not_run: list[str], missing: list[str]) -> Verdict:
-    """The measured parts combined; shapes not reached named; a pass that does not cover the
-    goal range is inconclusive."""
+def _verdict(
+    parts: list[Verdict], not_run: list[str], missing: list[str], stopped: list[str]
+) -> Verdict:
+    """The measured parts combined; shapes not reached and runs that stopped named; a pass
+    that does not cover the goal range is inconclusive."""
     if not parts:
-        nothing = "; ".join(not_run) or "no run measured a patched cell beside a baseline"
-        return Verdict(NOT_RUN, nothing)
+        nothing = "; ".join([*not_run, *stopped])
+        return Verdict(NOT_RUN, nothing or "no run measured a patched cell beside a baseline")
     verdict = combine(parts)
     if missing:
         passed = verdict.outcome == PASS
@@ -682,6 +686,9 @@ def _verdict(parts: list[Verdict], not_run: list[str], missing: list[str]) -> Ve
         verdict = Verdict(outcome, f"{head}; goal cells not measured: {'; '.join(missing)}")
     if not_run:
         verdict = Verdict(verdict.outcome, f"{verdict.reason}; not measured: {'; '.join(not_run)}")
+    if stopped:
+        reason = f"{verdict.reason}; runs that stopped: {'; '.join(stopped)}"
+        verdict = Verdict(verdict.outcome, reason)
     return verdict
 
 
