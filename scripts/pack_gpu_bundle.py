@@ -26,7 +26,6 @@ import argparse
 import hashlib
 import importlib.util
 import io
-import json
 import shutil
 import sys
 import tarfile
@@ -131,9 +130,9 @@ def main() -> None:
         report["pieces"] = split(tar_path, args.out, mb.PIECE_LIMIT, args.pieces)
         print(f"packed: {tar_path.stat().st_size / 2**20:.1f} MiB", flush=True)
     report["dropped"], report["skipped_requirements"] = list(mb.DROP), sorted(mb.SKIP_REQS)
-    for folder in sorted(p for p in args.out.iterdir() if p.is_dir()):
-        (folder / "manifest.json").write_text(json.dumps(report, indent=1))
-        shutil.copy(mb.HERE / "install.sh", folder / "install.sh")
+    folders = sorted(p for p in args.out.iterdir() if p.is_dir())
+    bundle_pieces.write_manifests(folders, report, mb.HERE / "install.sh")
+    for folder in folders:
         size = sum(p.stat().st_size for p in folder.iterdir())
         print(f"{folder}: {size / 2**20:.1f} MiB")
     for note in report["notes"]:

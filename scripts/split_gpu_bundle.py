@@ -76,9 +76,7 @@ def split(src: list[Path], out: Path, count: int) -> list[Path]:
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
     names = bundle_pieces.write_pieces(whole, folders)
-    for folder in folders:
-        shutil.copy2(src[0] / "install.sh", folder / "install.sh")
-        (folder / "manifest.json").write_text(json.dumps({**manifest, "pieces": names}, indent=1))
+    bundle_pieces.write_manifests(folders, {**manifest, "pieces": names}, src[0] / "install.sh")
     return folders
 
 

@@ -4,6 +4,8 @@ re-cuts them)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 
@@ -17,3 +19,11 @@ def write_pieces(data: bytes, folders: list[Path]) -> list[str]:
         names.append(f"vllm.tar.xz.{i:02d}")
         (folder / names[-1]).write_bytes(data[i * size : (i + 1) * size])
     return names
+
+
+def write_manifests(folders: list[Path], manifest: dict, install_sh: Path) -> None:
+    """Each piece folder's manifest.json (`manifest`, which names every piece) and a copy of
+    the bundle's install.sh."""
+    for folder in folders:
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        shutil.copy(install_sh, folder / "install.sh")
