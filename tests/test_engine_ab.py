@@ -413,6 +413,22 @@ def test_a_goal_range_measured_off_the_h100_says_so(root):
     assert cells == ["B=64 L=2048 no top-k/top-p, seeded"]
 
 
+def test_goal_cells_on_the_h100_without_the_series_are_named(root):
+    """The goal's "never slower than the series" holds on the H100 only where patched met the
+    series there: a patched-only H100 run beside an H200 run with both builds says so."""
+    both = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
+    both["machine"] = {**both["machine"], "gpu": "NVIDIA H200"}
+    alone = synthetic_run({"patched/pen": 0.998}, noise=0.002, variants=("patched",))
+    alone["date"] = "2026-11-25T11:00:00+00:00"
+    for i, run in enumerate((both, alone)):
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    cell = "B=64 L=2048 no top-k/top-p, seeded"
+    assert record["numbers"]["goal_not_measured_on_H100"] == []
+    assert record["numbers"]["goal_not_compared_with_series_on_H100"] == [cell]
+    assert "on the H100 not compared with the series at any goal cell" in record["reason"]
+
+
 def test_a_stopped_run_is_named_by_its_last_exception_line():
     tail = (
         "patched engine exited with code 1; log tail (/w/patched.log):\n"
