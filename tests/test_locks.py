@@ -66,3 +66,45 @@ def test_a_finished_folder_is_not_rebuilt_and_a_stale_one_is_replaced(tmp_path):
     assert (tmp_path / "calls").read_text() == "call\n"
     build_once(target, lambda p: (p / "v2").exists(), lambda p: (p / "v2").touch())
     assert [p.name for p in target.iterdir()] == ["v2"]
+
+
+def test_tiny_models_asked_for_at_once_are_built_once(tmp_path, monkeypatch):
+    """verify.tinymodel.ensure_model builds through build_once: two runs asking for one model at
+    a time (e.g. two nox sessions) build it once, and a build interrupted before is redone."""
+    import stat
+    import sys
+    import threading
+
+    from verify import tinymodel
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    monkeypatch.setenv("PATCHBENCH_GSM8K_TRAIN", str(data))
+    final = tmp_path / "models" / "chat-k"
+    monkeypatch.setattr(tinymodel, "model_dir", lambda kind: final)
+    builder = tmp_path / "python"  # stands in for the runtime venv's python
+    builder.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time, pathlib\n"
+        f"with open({str(tmp_path / 'calls')!r}, 'a') as fh: fh.write('call\\n')\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+        "time.sleep(0.5)\n"
+        "(out / 'MANIFEST.json').write_text('{}')\n"
+    )
+    builder.chmod(builder.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / ".chat-k.tmp").mkdir()  # left by an interrupted build
+    (tmp_path / "models" / ".chat-k.tmp" / "half").write_text("")
+    seconds: list[float] = []
+
+    def ask() -> None:
+        seconds.append(tinymodel.ensure_model("chat", str(builder), say=lambda _: None)[1])
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (tmp_path / "calls").read_text() == "call\n"
+    assert sorted(p.name for p in final.iterdir()) == ["MANIFEST.json"]
+    assert sorted(s > 0 for s in seconds) == [False, True]  # the waiter reports no build

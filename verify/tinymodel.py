@@ -20,10 +20,8 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -219,6 +217,10 @@ def model_dir(kind: str) -> Path:
     return cache_root() / "models" / f"{kind}-{content_key(kind)}"
 
 
+def _built(path: Path) -> bool:
+    return (path / "MANIFEST.json").is_file()
+
+
 def ensure_model(kind: str, python: str, say=print) -> tuple[Path, float]:
     """(model dir, build seconds; 0 if cached). Builds with the runtime venv's `python`."""
     if kind not in SEEDS:
@@ -229,22 +231,27 @@ def ensure_model(kind: str, python: str, say=print) -> tuple[Path, float]:
         raise PatchbenchError(
             f"gsm8k training data not found at {data_path()} (set PATCHBENCH_GSM8K_TRAIN)"
         )
+    from verify.locks import build_once  # here: the runtime venv runs this file as a script
+
     final = model_dir(kind)
-    if (final / "MANIFEST.json").is_file():
+    if _built(final):
         return final, 0.0
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     started = time.monotonic()
-    try:
+    built: list[Path] = []
+
+    def write(scratch: Path) -> None:
         subprocess.run(
-            [python, str(HERE), "_build", "--kind", kind, "--out", str(tmp / "m")],
+            [python, str(HERE), "_build", "--kind", kind, "--out", str(scratch)],
             check=True,
             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
         )
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp / "m", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        built.append(scratch)
+
+    # Under a lock beside it: one build however many runs ask at a time; an interrupted
+    # build's folder is removed before the next.
+    build_once(final, _built, write)
+    if not built:  # another process built it while this one waited
+        return final, 0.0
     seconds = time.monotonic() - started
     say(f"built tiny {kind} model in {seconds:.1f}s: {final}")
     return final, seconds
