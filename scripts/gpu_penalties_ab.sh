@@ -17,7 +17,14 @@
 #   PB_PRISTINE_SHAPES="64x2048"   pristine's shapes (it is ~5x slower with penalties)
 #   PB_SAMPLING="plain pen"   add plain-topkp pen-topkp for the top-k/top-p rows
 #   PB_ROUNDS=20              rounds per shape at most (each shape: an equal share of time)
-#   PB_GPU_GIB=74             GPU memory all engines may take (about 130 on an H200)
+#   PB_GPU_GIB=74             GPU memory all engines may take (about 130 on an H200); per GPU
+#                             with PB_GPU_PER_VARIANT=1
+#   PB_GPU_PER_VARIANT=0      1: each variant's engine on its own GPU of the machine (the i-th
+#                             of CUDA_VISIBLE_DEVICES, else of nvidia-smi -L), for shapes whose
+#                             engines do not fit one GPU together; cells still run one at a
+#                             time. The engines' plain A/A then includes the cards' difference:
+#                             the importer leaves such runs out of it (penalized/plain and
+#                             patched/series penalized over plain stay within each engine)
 #   PB_CACHE_ROOT=/tmp/pb-vllm-cache/penalties-ab   the engines' compile cache (one per GPU when
 #                             several runs share a host: scripts/gpu_penalties_ab_parallel.sh)
 #   PB_PIN_ENGINES=0          1: each engine pinned to its own half of the call's CPUs (does it
@@ -34,8 +41,8 @@
 #                             call per request and step, which dilutes the penalty cost; tokens
 #                             are then not comparable across engines)
 # KV cache per engine: the largest shape's B x (32 + L) tokens (no preemption); the script
-# refuses shapes whose engines do not fit the GPU together (B=256 or L=8160 at B=64: one
-# engine alone). Needs the bundle installed and .gpu/overlay carried (packed with
+# refuses shapes whose engines do not fit the GPU together (on an H100, B=256 or L=8160 at B=64:
+# one engine alone, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per variant). Needs the bundle installed and .gpu/overlay carried (packed with
 # `python -m verify.gpu_overlay 0.22.0`). Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default
 # /tmp/vllm-bundle) and PB_WORK (default /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -57,10 +64,15 @@ knobs+=" PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
 [ "${PB_PIN_ENGINES:-0}" = 1 ] && knobs+=" PB_PIN_ENGINES=1"
 [ "${PB_HOP_CPUS_EVERY:-0}" != 0 ] && knobs+=" PB_HOP_CPUS_EVERY=$PB_HOP_CPUS_EVERY"
 [ "${PB_TIMERS:-0}" = 1 ] && knobs+=" PB_TIMERS=1" && export VLLM_SAMPLE_TOKENS_TIMING=1
+gpu_each=()
+if [ "${PB_GPU_PER_VARIANT:-0}" = 1 ]; then
+  knobs+=" PB_GPU_PER_VARIANT=1"
+  gpu_each=(--gpu-each "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $(($(nvidia-smi -L | wc -l) - 1)))}")
+fi
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
-  --gpu-gib "$PB_GPU_GIB" \
+  --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" \
   $([ "$PB_SEEDED" = 0 ] && echo --unseeded) --out-args "$work/args" || exit 5
 python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
   <<'PY' || exit 4

@@ -1032,3 +1032,47 @@ def test_one_runs_shapes_are_one_engine_pair_in_the_plain_aa():
     verdict, numbers = gpu_engine_ab.judge_plain_aa(pools, 0.02)
     assert numbers["n"] == 2
     assert sorted(numbers["per_run"]) == [f"{run['date']} other", f"{run['date']} t"]
+
+
+def _gpu_per_engine(run: dict) -> dict:
+    """`run` as PB_GPU_PER_VARIANT=1 records it: each variant's engine on its own GPU."""
+    run["variants"] = {
+        "series": {
+            "pythonpath": [],
+            "env": {"VLLM_V1_PENALTY_STATE": "0", "CUDA_VISIBLE_DEVICES": "0"},
+        },
+        "patched": {"pythonpath": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}},
+    }
+    return run
+
+
+def test_runs_with_a_gpu_per_engine_stay_out_of_the_plain_aa(root):
+    # The patched engine's card runs 5% slower on everything in both runs: a card, not a
+    # build, difference (the same in a run with one GPU fails: see the every-engine-pair test).
+    for i in (1, 2):
+        effects = {"series/pen": 0.9, "patched/plain": 0.95, "patched/pen": 0.95}
+        run = _gpu_per_engine(synthetic_run(effects, noise=0.002, seed=i))
+        run["date"] = f"2026-11-25T1{i}:00:00+00:00"
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    assert record["outcome"] == "pass", record["reason"]
+    apart = record["numbers"]["runs with a GPU per engine, left out of the plain A/A"]
+    assert len(apart) == 2
+    assert "patched/series plain, engine pairs as units" not in record["numbers"]
+    shape = _pooled(record, "B=64 L=2048")
+    assert "patched/series (plain, no top-k/top-p)" not in shape  # no same-card rounds
+    path = shape["patched/series (penalized over plain, no top-k/top-p)"]
+    assert path["n"] == 16 and path["ratio"] == pytest.approx(1 / 0.9, abs=0.005)
+    assert "one GPU per engine" in record["tables"][0]
+
+
+def test_a_run_with_a_gpu_per_engine_leaves_the_one_gpu_runs_judged(root):
+    slow = {"patched/plain": 0.95, "patched/pen": 0.95}
+    runs = [synthetic_run(slow, noise=0.002, seed=i) for i in (1, 2)]
+    runs.append(_gpu_per_engine(synthetic_run({}, noise=0.002, seed=3)))
+    for i, run in enumerate(runs):
+        run["date"] = f"2026-11-25T1{i}:00:00+00:00"
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    aa = record["numbers"]["patched/series plain, engine pairs as units"]
+    assert record["outcome"] == "fail" and aa["n"] == 2

@@ -1,7 +1,8 @@
 """The plan of issue 22's penalty-cost A/B on the GPU (scripts/gpu_penalties_ab.sh): from the
 variants, shapes and samplings asked for, the `python -m verify.ab engine` arguments (configs,
 cells, comparisons, engine arguments with a KV cache that holds the largest shape without
-preemption), refusing a plan whose engines do not fit the GPU together.
+preemption), refusing a plan whose engines do not fit the GPU together (or, one GPU per variant,
+each GPU alone).
 
     python3 -m verify.gpu.penalty_plan --variants "series patched" --shapes "64x2048" \\
       --pristine-shapes "64x2048" --sampling "plain pen" --out-args ARGS_FILE
@@ -60,21 +61,31 @@ def plan(
     series: str = "switch",
     seeded: bool = True,
     gpu_budget: int = GPU_BUDGET,
+    gpu_each: list[str] | None = None,
 ) -> list[str]:
     """The engine front-end's arguments (one per item, --name=value). `seeded`: every request
     its own seed (tokens comparable across engines; vLLM then draws per request and step).
     A variant named with a trailing 2 (`series2`) is a second engine of that build: the
-    control the importer judges token identity against."""
+    control the importer judges token identity against. `gpu_each`: CUDA device ids, one per
+    variant in order (CUDA_VISIBLE_DEVICES in its environment), `gpu_budget` then per GPU:
+    shapes whose engines do not fit one GPU together (B=256, or L=8160 at B=64, on an H100)
+    can still run beside each other, each on its own card."""
     bad = [v for v in variants if build_of(v) not in ("pristine", "series", "patched")]
     bad += [s for s in samplings if s not in SAMPLINGS]
     if bad or series not in SERIES_SITES:
         raise PlanError(f"unknown variants, samplings or series {bad or [series]}")
+    if gpu_each is not None and len(gpu_each) < len(variants):
+        raise PlanError(
+            f"one GPU per variant: {len(variants)} variants, {len(gpu_each)} GPU(s) "
+            f"({','.join(gpu_each) or 'none'})"
+        )
     own = {v: pristine_shapes if build_of(v) == "pristine" else shapes for v in variants}
     order = list(dict.fromkeys(s for v in variants for s in own[v]))
     if not order:
         raise PlanError("no shape to measure")
     sites = {"pristine": "", "series": SERIES_SITES[series], "patched": f"{SITES}/patched"}
-    args = [f"--variant={v}={sites[build_of(v)]}" for v in variants]
+    on_gpu = [f",CUDA_VISIBLE_DEVICES={g}" for g in gpu_each] if gpu_each else [""] * len(variants)
+    args = [f"--variant={v}={sites[build_of(v)]}{on_gpu[i]}" for i, v in enumerate(variants)]
     for b, length in order:
         for s in samplings:
             config = {"batch": b, "output_len": length, **SAMPLINGS[s]}
@@ -96,7 +107,7 @@ def plan(
             pairs += [(f"{a}/{name[s]}", f"patched/{name[s]}") for a in ("series", "pristine")
                       if a in here for s in samplings]  # fmt: skip
     args += [f"--compare={a}:{c}" for a, c in pairs]
-    engine = engine_args(len(variants), order, gpu_budget)
+    engine = engine_args(1 if gpu_each else len(variants), order, gpu_budget)
     return args + [f"--engine-args={json.dumps(engine)}"]
 
 
@@ -133,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", default="switch", choices=sorted(SERIES_SITES))
     parser.add_argument("--unseeded", action="store_true", help="no per-request seeds")
     parser.add_argument("--gpu-gib", type=float, default=GPU_BUDGET / 2**30, help="for all engines")
+    parser.add_argument(
+        "--gpu-each",
+        help="CUDA device ids, comma-separated: one GPU per variant (--gpu-gib then per GPU)",
+    )
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     args = parser.parse_args(argv)
     items = plan(
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         args.series,
         seeded=not args.unseeded,
         gpu_budget=int(args.gpu_gib * 2**30),
+        gpu_each=[g for g in args.gpu_each.split(",") if g] if args.gpu_each is not None else None,
     )
     args.out_args.write_text("\n".join(items) + "\n")
     return 0

@@ -21,7 +21,10 @@ slower", the registry step's threshold, 2%):
   step, whatever the shape); each pool shows its rounds' ratio and its runs' ratio, not
   judged. A regression that the engine pairs share still fails.
   Where a run has a second engine of a build (`series2`), that build's own plain A/A is shown
-  beside it, not judged (how far two engines of one build differ).
+  beside it, not judged (how far two engines of one build differ). A run whose engines had a
+  GPU each (PB_GPU_PER_VARIANT=1: shapes whose engines do not fit one GPU together) is left
+  out of every plain A/A and patched/baseline tok/s (the cards would differ too); its costs
+  and penalized over plain, each within an engine, count;
   The penalized comparison is judged with that difference taken out:
   patched's penalized/plain over the series' penalized/plain, paired by round
   (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
@@ -204,11 +207,15 @@ def judge_stage(
     threshold: float,
     label: str = "",
     by_run: dict[str, list] | None = None,
+    aa_rounds: list | None = None,
 ) -> tuple[list, dict, list]:
     """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`;
     `label` names the stage in the verdicts' reasons (default: its shape); `by_run`: {run
-    name: its rounds} of the runs pooled in `rounds`, the units of the plain A/A."""
+    name: its rounds} of the runs that are units of the plain A/A; `aa_rounds`: the rounds
+    whose engines shared a GPU, where patched / a baseline on tok/s is shown (default
+    `rounds`)."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
+    aa_rounds = rounds if aa_rounds is None else aa_rounds
     shape = label or shape_of(stage)
     for (variant, topkp), r in found.items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
@@ -256,7 +263,7 @@ def judge_stage(
             if variant != "patched" or not other:
                 continue
             what = f"{'penalized' if pen else 'plain'}, {_kind(topkp)}"
-            r = ratio(rounds, other, cell)
+            r = ratio(aa_rounds, other, cell)
             if r is not None:
                 numbers[f"patched/{base} ({what})"] = r.as_dict()
                 rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
@@ -297,9 +304,17 @@ def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
     ]
     out: dict[str, list[float]] = {}
     for pair in pairs:
-        for name, r in per_run_ratios(pool.by_run, *pair).items():
+        for name, r in per_run_ratios(pool.one_gpu_runs, *pair).items():
             out.setdefault(name, []).append(math.log(r))
     return out
+
+
+def gpu_per_engine(run: dict) -> bool:
+    """Whether the run's engines sat on different GPUs (PB_GPU_PER_VARIANT=1: each variant's
+    CUDA_VISIBLE_DEVICES): their plain A/A then includes the two cards' difference."""
+    variants = run.get("variants") or {}
+    devices = {(v.get("env") or {}).get("CUDA_VISIBLE_DEVICES") for v in variants.values()}
+    return len(devices) > 1
 
 
 def run_name(run: dict) -> str:
@@ -436,7 +451,7 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
         cost |= {b: _cost_cell(found.get((b, topkp))) for b in builds if b in ran}
         plain_s, plain_p = (cells.get((b, False, topkp)) for b in ("series", "patched"))
         later = not pool.pristine_only
-        aa = ratio(pool.rounds, plain_s, plain_p) if later and plain_s and plain_p else None
+        aa = ratio(pool.one_gpu_rounds, plain_s, plain_p) if later and plain_s and plain_p else None
         path = penalty_path_ratio(pool.rounds, cells, "series", topkp) if later else None
         also = ", in a top-k/top-p run" if not topkp and pool.has_topkp else ""
         rows.append(
@@ -465,6 +480,8 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     hop = re.search(r"PB_HOP_CPUS_EVERY=(\d+)", run.get("command", ""))
     if hop:  # verify.ab.engines.CpuHopper: each cell spread over all CPUs
         where += f", engine threads hopping CPUs every {hop.group(1)} steps"
+    if gpu_per_engine(run):
+        where += ", one GPU per engine"
     cells = stage_cells(run, stage)
     plain, pen = cells.get(("patched", False, False)), cells.get(("patched", True, False))
     both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
@@ -486,12 +503,26 @@ class Pool:
     rounds: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     by_run: dict = field(default_factory=dict)  # {`run_name`: that run's rounds}
+    apart: set = field(default_factory=set)  # `run_name`s whose engines had a GPU each
 
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
         self.by_run[run_name(run)] = rounds
+        if gpu_per_engine(run):
+            self.apart.add(run_name(run))
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
+
+    @property
+    def one_gpu_runs(self) -> dict[str, list]:
+        """`by_run` without the runs whose engines had a GPU each: the units of the plain A/A
+        (the same work in both builds, so a difference is the engines', not the cards')."""
+        return {name: rounds for name, rounds in self.by_run.items() if name not in self.apart}
+
+    @property
+    def one_gpu_rounds(self) -> list:
+        """The pooled rounds of `one_gpu_runs`."""
+        return [r for rounds in self.one_gpu_runs.values() for r in rounds]
 
     @property
     def shape(self) -> str:
@@ -613,7 +644,14 @@ def penalty_cost(version: str) -> dict | None:
         if pool.pristine_only:
             continue
         got, nums, rows = judge_stage(
-            pool.run, pool.stage, pool.rounds, found, threshold, pool.label, pool.by_run
+            pool.run,
+            pool.stage,
+            pool.rounds,
+            found,
+            threshold,
+            pool.label,
+            pool.one_gpu_runs,
+            pool.one_gpu_rounds,
         )
         parts += got
         numbers["pooled"][pool.title] = nums
@@ -628,12 +666,17 @@ def penalty_cost(version: str) -> dict | None:
             if ("series", topkp) in found:
                 compared.setdefault(cell, set()).add(model)
     plain = judge_plain_aa(pools, threshold)
+    apart = sorted({name for pool in pools for name in pool.apart})
+    if apart:  # their plain A/A would be the cards' difference
+        numbers["runs with a GPU per engine, left out of the plain A/A"] = apart
     if plain is not None:
         parts.append(plain[0])
         numbers["patched/series plain, engine pairs as units"] = plain[1]
+        left_out = f" ({len(apart)} run(s) with a GPU per engine left out)" if apart else ""
         key += [
             "",
-            f"Plain requests, patched / series tok/s over every run (judged): {plain[0].reason}",
+            f"Plain requests, patched / series tok/s over every run{left_out} (judged): "
+            f"{plain[0].reason}",
         ]
     missing = goal_missing(set(covered))
     on_goal_gpu = goal_missing({c for c, models in covered.items() if GOAL_GPU in models})
