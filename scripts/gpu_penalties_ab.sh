@@ -42,9 +42,10 @@
 #                             are then not comparable across engines)
 # KV cache per engine: the largest shape's B x (32 + L) tokens (no preemption); the script
 # refuses shapes whose engines do not fit the GPU together (on an H100, B=256 or L=8160 at B=64:
-# one engine alone, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per variant). Needs the bundle installed and .gpu/overlay carried (packed with
-# `python -m verify.gpu_overlay 0.22.0`). Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default
-# /tmp/vllm-bundle) and PB_WORK (default /root/pb-ab) move the bundle and the engines' work folders.
+# one engine alone, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per variant). Needs the
+# bundle installed and .gpu/overlay carried (packed with `python -m verify.gpu_overlay 0.22.0`).
+# Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
+# /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
 tag=${1:?usage: gpu_penalties_ab.sh TAG}
 bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it

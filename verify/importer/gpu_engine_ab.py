@@ -508,9 +508,10 @@ class Pool:
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
-        self.by_run[run_name(run)] = rounds
+        name = run_name(run)
+        self.by_run[name] = rounds
         if gpu_per_engine(run):
-            self.apart.add(run_name(run))
+            self.apart.add(name)
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
