@@ -851,7 +851,25 @@ def test_the_per_step_cost_is_shown_beside_noisy_tok_s_and_not_judged(root):
     step = shape["patched penalized/plain median step (no top-k/top-p, not judged)"]
     assert step["ratio"] == pytest.approx(0.9, rel=0.005) and step["slow_share_plain"] == 0.1
     assert step["cpu_steal_penalized"] == 0.1
+    assert not [k for k in step if k.startswith("gpu_")]  # cells without verify.ab.nvml's
     assert "| patched penalty cost per engine step (median step)" in record["tables"][0]
+
+
+def test_the_gpus_power_clock_and_throttling_are_shown_beside_the_step(root):
+    run = _with_steps(synthetic_run({"patched/pen": 0.99}, noise=0.05, n=4), {})
+    for rnd in run["rounds"]:
+        for cell, values in rnd["values"].items():
+            held = 0.3 if cell.endswith("/pen") and rnd["index"] == 2 else 0.0
+            watts = 400 + 10 * rnd["index"] + (50 if cell.endswith("/pen") else 0)
+            values["gpu"] = {"power_w": watts, "power_throttle": held, "sm_clock": 0.9}
+    record = _import(root, run)
+    shape = _pooled(record, "B=64 L=2048")
+    step = shape["patched penalized/plain median step (no top-k/top-p, not judged)"]
+    assert step["gpu_power_w_plain"] == pytest.approx(425.0)  # counted rounds 1-4 (0: warm-up)
+    assert step["gpu_power_w_penalized"] == pytest.approx(475.0)
+    assert step["gpu_power_throttle_penalized"] == 0.0 and step["gpu_sm_clock_plain"] == 0.9
+    title = next(k for k in record["numbers"]["pooled"] if "B=64 L=2048" in k)
+    assert "GPU 410-490 W, SM clock 90%-90% of max, throttled up to 30% of a cell" in title
 
 
 def test_the_sampler_host_time_is_shown_beside_the_step_and_not_judged(root):

@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from verify.ab.nvml import gpu_counters, gpu_shares
 from verify.ab.servers import log_tail, say, start_group, stop_group
 from verify.errors import PatchbenchError
 
@@ -306,8 +307,9 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     engine's step intervals (`step_stats`; {"unavailable": why} where they cannot be read), how
     this process's CPUs spent the time (`cpu_shares`: busy, idle, iowait, steal), which CPUs the
     engine's main thread ran on (`thread_cpus`: samples per CPU, to tell a whole cell run slow
-    on one CPU from a slow host) and, where the series' timers are on, the sampler's host time
-    per step (`take_sampler_timers`); with HOP_ENV set, the thread's CPU hops (`cpu_hops`)."""
+    on one CPU from a slow host), what its GPU did (`gpu`: mean power, throttled shares, SM
+    clock; verify.ab.nvml) and, where the series' timers are on, the sampler's host time per
+    step (`take_sampler_timers`); with HOP_ENV set, the thread's CPU hops (`cpu_hops`)."""
     take_sampler_timers()  # what an earlier generate or the start-up left is not this one's
     thread_cpus: dict[int, int] = {}
     hopper = hopper_from_env()
@@ -316,7 +318,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     except AttributeError as exc:
         stamps, stop = None, None
         steps = {"unavailable": f"no engine-core outputs to time: {exc}"}
-    ticks, t0 = cpu_ticks(), time.perf_counter()
+    gpu, ticks, t0 = gpu_counters(), cpu_ticks(), time.perf_counter()
     try:
         outs = llm.generate(prompts, sampling, use_tqdm=False)
     finally:
@@ -326,6 +328,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
             hopper.restore()
     elapsed = time.perf_counter() - t0
     cpus = cpu_shares(ticks, cpu_ticks())
+    gpu = gpu_shares(gpu, gpu_counters(), elapsed)
     if stamps is not None:
         steps = step_stats(stamps)
     timers = take_sampler_timers()
@@ -340,6 +343,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "first_tokens": tokens[0][:16],
         "steps": steps,
         "cpus": cpus,
+        "gpu": gpu,
         "thread_cpus": {str(cpu): n for cpu, n in sorted(thread_cpus.items())},
         **({"cpu_hops": hopper.summary()} if hopper is not None else {}),
     }

@@ -142,6 +142,23 @@ def median_of(rounds: list[ab_rounds.Round], cell: str, group: str, key: str) ->
     return statistics.median(found) if found else None
 
 
+#: verify.ab.nvml's per-cell keys shown beside the median step: mean power (W), the shares of
+#: the cell's time held back by the power cap and by temperature, the SM clock over its maximum.
+GPU_KEYS = ("power_w", "power_throttle", "thermal_throttle", "sm_clock")
+
+
+def gpu_diagnostics(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict:
+    """The median over counted rounds of each GPU_KEYS of the `plain` and `pen` cells, as
+    gpu_<key>_plain / _penalized; only those the cells recorded (runs before verify.ab.nvml
+    have none)."""
+    found = {
+        f"gpu_{key}_{side}": median_of(rounds, cell, "gpu", key)
+        for key in GPU_KEYS
+        for side, cell in (("plain", plain), ("penalized", pen))
+    }
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | None:
     """Where a penalized step's time goes, from the counted rounds whose `plain` and `pen`
     cells both recorded the series' sampler timers (verify.ab.engines.take_sampler_timers):
@@ -230,6 +247,7 @@ def judge_stage(
                 "slow_share_penalized": median_of(rounds, pen, "steps", "slow_share"),
                 "cpu_steal_plain": median_of(rounds, plain, "cpus", "steal"),
                 "cpu_steal_penalized": median_of(rounds, pen, "cpus", "steal"),
+                **gpu_diagnostics(rounds, plain, pen),
             }
             rows.append(_cost_row(f"{label}, not judged", per_step))
         host = sampler_host(rounds, plain, pen)
@@ -489,7 +507,27 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
         return where
     own = ratio(both, plain, pen)
     spread = stats.paired_spread(*([r.values[c]["tok_per_s"] for r in both] for c in (plain, pen)))
-    return f"{where}: patched penalized/plain {own.ratio:.3f}, n={own.n}, sd {spread:.1%}"
+    gpu = gpu_note(both, [plain, pen])
+    note = f"{where}: patched penalized/plain {own.ratio:.3f}, n={own.n}, sd {spread:.1%}"
+    return f"{note}; {gpu}" if gpu else note
+
+
+def gpu_note(rounds: list[ab_rounds.Round], cells: list[str]) -> str:
+    """The GPU's state over `cells` of `rounds`, where they recorded it (verify.ab.nvml): the
+    range of the cells' mean power and SM clock (share of its maximum) and the largest share
+    of a cell's time held back by the power cap or temperature; "" where none did."""
+    found = [_diagnostics(r, c, "gpu") for r in rounds for c in cells]
+    found = [g for g in found if "power_w" in g]
+    if not found:
+        return ""
+    power = [g["power_w"] for g in found]
+    parts = [f"GPU {min(power):.0f}-{max(power):.0f} W"]
+    clocks = [g["sm_clock"] for g in found if "sm_clock" in g]
+    if clocks:
+        parts.append(f"SM clock {min(clocks):.0%}-{max(clocks):.0%} of max")
+    held = max(g.get("power_throttle", 0) + g.get("thermal_throttle", 0) for g in found)
+    parts.append(f"throttled up to {held:.0%} of a cell")
+    return ", ".join(parts)
 
 
 @dataclass
