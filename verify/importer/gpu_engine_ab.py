@@ -224,15 +224,15 @@ def judge_stage(
     threshold: float,
     label: str = "",
     by_run: dict[str, list] | None = None,
-    aa_rounds: list | None = None,
 ) -> tuple[list, dict, list]:
     """(verdict parts, numbers, table rows) of one measured stage; `found`: its `costs`;
     `label` names the stage in the verdicts' reasons (default: its shape); `by_run`: {run
-    name: its rounds} of the runs that are units of the plain A/A; `aa_rounds`: the rounds
-    whose engines shared a GPU, where patched / a baseline on tok/s is shown (default
-    `rounds`)."""
+    name: its rounds} of the runs that are units of the plain A/A (their engines shared a
+    GPU): patched / a baseline on tok/s is shown over their rounds (default `rounds`)."""
     cells, parts, numbers, rows = stage_cells(run, stage), [], {}, []
-    aa_rounds = rounds if aa_rounds is None else aa_rounds
+    aa_rounds = (
+        rounds if by_run is None else [r for run_rounds in by_run.values() for r in run_rounds]
+    )
     shape = label or shape_of(stage)
     for (variant, topkp), r in found.items():
         numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
@@ -690,7 +690,6 @@ def penalty_cost(version: str) -> dict | None:
             threshold,
             pool.label,
             pool.one_gpu_runs,
-            pool.one_gpu_rounds,
         )
         parts += got
         numbers["pooled"][pool.title] = nums
