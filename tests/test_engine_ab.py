@@ -513,7 +513,8 @@ def handle(request):
     return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
             "token_ids_hash": json.dumps(sorted(config)), "first_tokens": [],
             "sampler": {"steps": 8, "sample_tokens_us": 40.0}, "thread_cpus": {"3": 2},
-            "cpu_hops": {"every": 16, "hops": 4, "cpus": "0-3"}}
+            "cpu_hops": {"every": 16, "hops": 4, "cpus": "0-3"},
+            "gpu": {"power_w": 400.0, "sm_clock": 0.99}}
 serve_requests(handle, prefix, {"startup_s": 0.0, "kv_cache_tokens": 10**6, "gpu": None,
                                 "cpus": sorted(os.sched_getaffinity(0))})
 """
@@ -553,6 +554,8 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     cell = record["rounds"][0]["values"]["a/pen"]
     assert cell["sampler"]["sample_tokens_us"] == 40.0
     assert cell["thread_cpus"] == {"3": 2} and cell["cpu_hops"]["hops"] == 4  # where it ran
+    assert cell["gpu"] == {"power_w": 400.0, "sm_clock": 0.99}  # what its GPU did
+    assert "first_tokens" not in cell
     assert second["status"].startswith("not run: out of time") and second["rounds"] == []
     cost, big = record["comparisons"]
     assert cost["ratio"] == pytest.approx(0.5) and cost["n"] == 3

@@ -65,7 +65,6 @@ from verify.ab.servers import Server, free_port, say
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What a planted variant's measurement adds to its values (`with_plant_count`).
-PLANT_KEYS = ("planted_steps", "planted_slept_s")
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
 #: ENGINE_PORT_SPAN ports from the base: vLLM scans upward from VLLM_PORT for a free one.
@@ -510,19 +509,9 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
                 "(batch x output_len with ignore_eos): the requests were cut short"
             )
         rates[rate_key(cell, configs)] = result["elapsed_s"] / result["output_tokens"]
-        keep = (
-            "tok_per_s",
-            "elapsed_s",
-            "output_tokens",
-            "token_ids_hash",
-            "steps",
-            "cpus",
-            "thread_cpus",
-            "cpu_hops",
-            "sampler",
-            *PLANT_KEYS,
-        )
-        return {k: result[k] for k in keep if k in result}
+        # Everything the worker measured reaches the record (a list of keys to keep dropped
+        # thread_cpus in session 21 and gpu in session 30); only the token preview stays out.
+        return {k: v for k, v in result.items() if k != "first_tokens"}
 
     for i, stage in enumerate(stages):
         left = deadline - time.monotonic()
