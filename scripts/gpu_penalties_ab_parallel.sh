@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 22's penalty-cost A/B on every GPU of a multi-GPU machine (nvidia-h100-x4 ...) in one
-# device call: job i is one `gpu_penalties_ab.sh` run alone on GPU i (CUDA_VISIBLE_DEVICES=i),
-# pinned to its equal share of the CPU cores, with its own compile cache. Each job is
+# device call: each job is one `gpu_penalties_ab.sh` run alone on its GPUs (CUDA_VISIBLE_DEVICES,
+# the next free ones in job order), pinned to those GPUs' equal share of the CPU cores, with its
+# own compile cache. A job takes one GPU, or one per variant with PB_GPU_PER_VARIANT=1 (B=256 or
+# L=8160 beside the series on H100s, whose two engines do not fit one card). Each job is
 # "TAG KNOB=VALUE ..." with gpu_penalties_ab.sh's knobs; the record names the job's GPU and
 # cores (PB_PARALLEL). Each job asks for the model and its sites; the first builds them, the
 # others wait for it (verify.locks.build_once). Job i's engines take their VLLM_PORT from
@@ -16,21 +18,32 @@ set -uo pipefail
 bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it
 test -f "$bundle/site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
 gpus=$(nvidia-smi -L | wc -l)
-(($# <= gpus)) || { echo "$# jobs for $gpus GPUs"; exit 2; }
+job_gpus() {  # GPUs a job's knobs ask for: one per variant with PB_GPU_PER_VARIANT=1, else one
+  (eval "export $1" >/dev/null && if [ "${PB_GPU_PER_VARIANT:-0}" = 1 ]; then
+    set -- ${PB_VARIANTS:-series patched} && echo $#; else echo 1; fi)
+}
+need=0 && counts=()
+for job in "$@"; do
+  read -r tag knobs <<<"$job"
+  n=$(job_gpus "$knobs") || { echo "job $tag: knobs a shell cannot read: $knobs"; exit 2; }
+  counts+=("$n") && need=$((need + n))
+done
+((need <= gpus)) || { echo "$# jobs need $need GPUs; this machine has $gpus"; exit 2; }
 OUT=${OUT:-/tmp/pb-out}
 logs=${PB_LOGS:-/root/pb-ab/parallel} && rm -rf "$logs" && mkdir -p "$logs" "$OUT/gpu"
 per=$(($(nproc) / gpus)) && pin=$(command -v taskset || true)
-i=0 && pids=() && tags=()
+i=0 && first=0 && pids=() && tags=()
 for job in "$@"; do
   read -r tag knobs <<<"$job"
-  cpus="$((i * per))-$(((i + 1) * per - 1))"
-  note="GPU $i of $gpus, CPUs $cpus${pin:+ (taskset)}, beside $(($# - 1)) other jobs"
+  n=${counts[$i]} && on=$(seq -s, "$first" $((first + n - 1)))
+  cpus="$((first * per))-$(((first + n) * per - 1))"
+  note="GPU $on of $gpus, CPUs $cpus${pin:+ (taskset)}, beside $(($# - 1)) other jobs"
   (  # the knobs as a shell would read them: PB_SAMPLING='plain pen plain-topkp pen-topkp'
-    eval "export $knobs" && export CUDA_VISIBLE_DEVICES=$i PB_PARALLEL="$note" \
-      PB_CACHE_ROOT=/tmp/pb-vllm-cache/gpu$i OUT="$logs/$tag" VLLM_PORT=$((20000 + i * 1000))
+    eval "export $knobs" && export CUDA_VISIBLE_DEVICES=$on PB_PARALLEL="$note" \
+      PB_CACHE_ROOT=/tmp/pb-vllm-cache/gpu$first OUT="$logs/$tag" VLLM_PORT=$((20000 + i * 1000))
     exec ${pin:+$pin -c $cpus} bash scripts/gpu_penalties_ab.sh "$tag"
   ) >"$logs/$tag.out" 2>&1 &
-  pids+=($!) && tags+=("$tag") && i=$((i + 1))
+  pids+=($!) && tags+=("$tag") && i=$((i + 1)) && first=$((first + n))
   echo "job $tag: $note, knobs: $knobs"
 done
 rc=0

@@ -81,5 +81,24 @@ def test_a_failing_job_fails_the_call_and_keeps_the_others_records(tmp_path):
 
 def test_more_jobs_than_gpus_are_refused_before_anything_runs(tmp_path):
     code, text, out = run(tmp_path, "a", "b", "c", gpus=2)
-    assert code == 2 and "3 jobs for 2 GPUs" in text
+    assert code == 2 and "3 jobs need 3 GPUs; this machine has 2" in text
     assert not (out / "gpu").exists()
+    code, text, out = run(tmp_path / "x", "a PB_GPU_PER_VARIANT=1", "b", gpus=2)
+    assert code == 2 and "2 jobs need 3 GPUs" in text  # series and patched: a GPU each
+
+
+def test_a_job_with_a_gpu_per_variant_takes_the_next_gpus_and_their_cores(tmp_path):
+    code, text, out = run(
+        tmp_path,
+        "alone PB_VARIANTS=patched PB_SHAPES=128x2048",
+        "both PB_GPU_PER_VARIANT=1 PB_VARIANTS='series patched' PB_SHAPES=256x2048",
+        "last PB_VARIANTS=patched PB_SHAPES=256x2048",
+    )
+    assert code == 0, text
+    alone, both, last = (
+        json.loads((out / "gpu" / f"{t}.json").read_text()) for t in ("alone", "both", "last")
+    )
+    assert (alone["gpu"], both["gpu"], last["gpu"]) == ("0", "1,2", "3")
+    assert "GPU 1,2 of 4, CPUs 16-47" in both["parallel"]
+    assert "GPU 3 of 4, CPUs 48-63 (taskset), beside 2 other jobs" in last["parallel"]
+    assert len({alone["cache"], both["cache"], last["cache"]}) == 3
