@@ -64,7 +64,6 @@ from verify.ab.servers import Server, free_port, say
 
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: What a planted variant's measurement adds to its values (`with_plant_count`).
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
 #: ENGINE_PORT_SPAN ports from the base: vLLM scans upward from VLLM_PORT for a free one.
