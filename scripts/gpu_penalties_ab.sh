@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of issue 22's penalty-cost A/B (python -m verify.ab engine, V1 runner): one
-# LLM per variant, started at once, each config run as LLM.generate of B requests x L tokens
-# (32 random prompt tokens, ignore_eos, seeded per request), cells in rotating order per shape.
+# LLM per variant, started at once (or in turn: PB_ENGINES_IN_TURN), each config run as
+# LLM.generate of B requests x L tokens (32 random prompt tokens, ignore_eos, seeded per
+# request), cells in rotating order per shape.
 #   pristine  the bundle
 #   series    the 0.22.0 series without 0011's device penalty state
 #   patched   the series with it (its default on CUDA)
@@ -25,6 +26,13 @@
 #                             time. The engines' plain A/A then includes the cards' difference:
 #                             the importer leaves such runs out of it (penalized/plain and
 #                             patched/series penalized over plain stay within each engine)
+#   PB_ENGINES_IN_TURN=0      1: the variants' engines take turns on one GPU, each sized to
+#                             have it alone (verify.ab engine --in-turn): per shape, each
+#                             engine started, measured in rounds of its own cells and stopped,
+#                             in PB_VARIANTS order (swap the order from call to call). For
+#                             shapes whose engines do not fit one GPU together on a one-GPU
+#                             machine; each engine start (30-90 s) comes out of the rounds.
+#                             The importer leaves such runs out of the plain A/A too
 #   PB_CACHE_ROOT=/tmp/pb-vllm-cache/penalties-ab   the engines' compile cache (one per GPU when
 #                             several runs share a host: scripts/gpu_penalties_ab_parallel.sh)
 #   PB_PIN_ENGINES=0          1: each engine pinned to its own half of the call's CPUs (does it
@@ -42,8 +50,9 @@
 #                             are then not comparable across engines)
 # KV cache per engine: the largest shape's B x (32 + L) tokens (no preemption); the script
 # refuses shapes whose engines do not fit the GPU together (on an H100, B=256 or L=8160 at B=64:
-# one engine alone, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per variant). Needs the
-# bundle installed and .gpu/overlay carried (packed with `python -m verify.gpu_overlay 0.22.0`).
+# one engine alone, PB_ENGINES_IN_TURN=1, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per
+# variant). Needs the bundle installed and .gpu/overlay carried (packed with
+# `python -m verify.gpu_overlay 0.22.0`).
 # Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
 # /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -70,10 +79,12 @@ if [ "${PB_GPU_PER_VARIANT:-0}" = 1 ]; then
   knobs+=" PB_GPU_PER_VARIANT=1"
   gpu_each=(--gpu-each "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $(($(nvidia-smi -L | wc -l) - 1)))}")
 fi
+in_turn=()
+[ "${PB_ENGINES_IN_TURN:-0}" = 1 ] && knobs+=" PB_ENGINES_IN_TURN=1" && in_turn=(--in-turn)
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
-  --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" \
+  --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" "${in_turn[@]}" \
   $([ "$PB_SEEDED" = 0 ] && echo --unseeded) --out-args "$work/args" || exit 5
 python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
   <<'PY' || exit 4

@@ -109,6 +109,17 @@ def test_plan_refuses_engines_that_do_not_fit_the_gpu_together():
     assert engine["max_model_len"] == 8192 and engine["kv_cache_memory_bytes"] > 64 * 8192 * 114688
 
 
+def test_plan_in_turn_gives_each_engine_the_gpu_alone():
+    shapes, samplings = [(256, 2048)], ["plain", "pen"]
+    args = penalty_plan.plan(["series", "patched"], shapes, [], samplings, in_turn=True)
+    assert args[-1] == "--in-turn"
+    engine = json.loads(args[-2].split("=", 1)[1])
+    assert engine["kv_cache_memory_bytes"] >= 256 * 2080 * penalty_plan.KV_BYTES_PER_TOKEN
+    with pytest.raises(penalty_plan.PlanError, match="not with one GPU per variant"):
+        penalty_plan.plan(["series", "patched"], shapes, [], samplings, gpu_each=["0", "1"],
+                          in_turn=True)  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # importer: synthetic runs through the front-end's record format
 
@@ -1067,24 +1078,34 @@ def _gpu_per_engine(run: dict) -> dict:
     return run
 
 
-def test_runs_with_a_gpu_per_engine_stay_out_of_the_plain_aa(root):
-    # The patched engine's card runs 5% slower on everything in both runs: a card, not a
-    # build, difference (the same in a run with one GPU fails: see the every-engine-pair test).
+def _in_turn(run: dict) -> dict:
+    """`run` as PB_ENGINES_IN_TURN=1 records it: the engines took turns on one GPU."""
+    run["in_turn"] = True
+    return run
+
+
+@pytest.mark.parametrize(
+    "apart, note", [(_gpu_per_engine, "one GPU per engine"), (_in_turn, "engines in turn")]
+)
+def test_runs_with_engines_apart_stay_out_of_the_plain_aa(root, apart, note):
+    # The patched engine runs 5% slower on everything in both runs: its card's or its hour's
+    # difference, not the build's (the same with engines side by side on one GPU fails: see
+    # the every-engine-pair test).
     for i in (1, 2):
         effects = {"series/pen": 0.9, "patched/plain": 0.95, "patched/pen": 0.95}
-        run = _gpu_per_engine(synthetic_run(effects, noise=0.002, seed=i))
+        run = apart(synthetic_run(effects, noise=0.002, seed=i))
         run["date"] = f"2026-11-25T1{i}:00:00+00:00"
         (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
     record = gpu_engine_ab.penalty_cost("0.22.0")
     assert record["outcome"] == "pass", record["reason"]
-    apart = record["numbers"]["runs with a GPU per engine, left out of the plain A/A"]
-    assert len(apart) == 2
+    left_out = record["numbers"]["runs whose engines ran apart, left out of the plain A/A"]
+    assert len(left_out) == 2
     assert "patched/series plain, engine pairs as units" not in record["numbers"]
     shape = _pooled(record, "B=64 L=2048")
-    assert "patched/series (plain, no top-k/top-p)" not in shape  # no same-card rounds
+    assert "patched/series (plain, no top-k/top-p)" not in shape  # no side-by-side rounds
     path = shape["patched/series (penalized over plain, no top-k/top-p)"]
     assert path["n"] == 16 and path["ratio"] == pytest.approx(1 / 0.9, abs=0.005)
-    assert "one GPU per engine" in record["tables"][0]
+    assert note in record["tables"][0]
 
 
 def test_a_run_with_a_gpu_per_engine_leaves_the_one_gpu_runs_judged(root):
@@ -1097,3 +1118,116 @@ def test_a_run_with_a_gpu_per_engine_leaves_the_one_gpu_runs_judged(root):
     record = gpu_engine_ab.penalty_cost("0.22.0")
     aa = record["numbers"]["patched/series plain, engine pairs as units"]
     assert record["outcome"] == "fail" and aa["n"] == 2
+
+
+IN_TURN_STAND_IN = """
+import atexit, json, os, sys
+from pathlib import Path
+from verify.ab.engines import serve_requests
+prefix = sys.argv[sys.argv.index("--prefix") + 1]
+alive = Path(os.environ["STAND_IN_ALIVE"])
+alive.mkdir(exist_ok=True)
+me = alive / str(os.getpid())
+me.touch()
+atexit.register(me.unlink)
+slow, calls = float(os.environ.get("SLOW", "1")), [0]
+fail_after = int(os.environ.get("FAIL_AFTER", "0"))
+def handle(request):
+    config = request["config"]
+    if not request.get("warmup_tokens"):
+        calls[0] += 1
+        if fail_after and calls[0] > fail_after:
+            raise RuntimeError("stand-in failure")
+    tokens = config["batch"] * (request.get("warmup_tokens") or config["output_len"])
+    elapsed = slow * 50.0 * (2 if config.get("presence_penalty") else 1)
+    return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
+            "token_ids_hash": "h", "others_alive": len(list(alive.iterdir())) - 1}
+serve_requests(handle, prefix, {"startup_s": 1.5, "kv_cache_tokens": 10**6, "gpu": "stand-in"})
+"""
+
+
+def _in_turn(tmp_path: Path, b_env: str = "", extra: tuple = ()) -> tuple[int, dict]:
+    from verify.ab.__main__ import main
+
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "worker.py").write_text(IN_TURN_STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    plain = {"batch": 4, "output_len": 8}
+    alive = f"STAND_IN_ALIVE={tmp_path / 'alive'}"
+    b = f"b=,{alive},SLOW=1.25{b_env}"
+    out = tmp_path / "ab.json"
+    rc = main(
+        ["engine", "--model", "m", "--variant", f"a=,{alive}", "--variant", b,
+         "--config", f"plain={json.dumps(plain)}",
+         "--config", f"pen={json.dumps({**plain, 'presence_penalty': 1.5})}",
+         "--compare", "a/plain:a/pen", "--compare", "b/plain:b/pen", "--compare", "a/pen:b/pen",
+         "--rounds", "3", "--python", str(python), "--work", str(tmp_path / "work"),
+         "--out", str(out), *extra]
+    )  # fmt: skip
+    return rc, json.loads(out.read_text())
+
+
+def test_engines_in_turn_run_alone_and_their_rounds_join(tmp_path):
+    """--in-turn: each variant's engine runs alone (no other stand-in alive while it measures),
+    a turn after the other, and round k holds both turns' k-th rounds, so penalized over plain
+    stays within one engine and the variants meet in the comparisons. Without --in-turn the
+    same stand-ins see each other (the check can fail)."""
+    rc, record = _in_turn(tmp_path, extra=("--in-turn",))
+    assert rc == 0 and record["in_turn"] is True
+    assert [(t["variant"], t["rounds"], t["startup_s"]) for t in record["turns"]] == [
+        ("a", 3, 1.5),
+        ("b", 3, 1.5),
+    ]
+    assert record["stages"][0]["status"] == "ran a 3, b 3 rounds in turns"
+    assert len(record["rounds"]) == 3
+    for rnd in record["rounds"]:
+        assert sorted(rnd["values"]) == ["a/pen", "a/plain", "b/pen", "b/plain"]
+        assert [c.split("/")[0] for c in rnd["order"]] == ["a", "a", "b", "b"]
+        assert all(v["others_alive"] == 0 for v in rnd["values"].values())
+    cost_a, cost_b, across = record["comparisons"]
+    assert cost_a["ratio"] == pytest.approx(0.5) and cost_b["ratio"] == pytest.approx(0.5)
+    assert across["ratio"] == pytest.approx(1 / 1.25) and across["n"] == 3
+    rc, side_by_side = _in_turn(tmp_path / "x", extra=())
+    values = side_by_side["rounds"][0]["values"]
+    assert rc == 0 and "in_turn" not in side_by_side
+    assert all(v["others_alive"] == 1 for v in values.values())
+
+
+def test_a_turn_that_fails_keeps_the_rounds_both_turns_finished(tmp_path):
+    rc, record = _in_turn(tmp_path, b_env=",FAIL_AFTER=4", extra=("--in-turn",))
+    assert rc == 1 and "stand-in failure" in record["stopped"]
+    assert [t["rounds"] for t in record["turns"]] == [3, 2]  # b failed in its third round
+    assert len(record["rounds"]) == 2 and record["comparisons"][2]["n"] == 2
+    left = [f.name for f in (tmp_path / "alive").iterdir() if Path(f"/proc/{f.name}").exists()]
+    assert not left  # no engine left behind (b's was killed: its file stays, its process not)
+
+
+def test_merge_turns_joins_round_k_of_every_turn_and_drops_the_unpaired():
+    from verify.ab.__main__ import merge_turns
+
+    def turn(variant: str, n: int) -> list:
+        cells = [f"{variant}/plain", f"{variant}/pen"]
+        return [
+            ab_rounds.Round(k, tuple(cells), {c: {"tok_per_s": k} for c in cells}, k == 0)
+            for k in range(n)
+        ]
+
+    joined = merge_turns([turn("a", 4), turn("b", 2)])
+    assert [r.index for r in joined] == [0, 1] and [r.warmup for r in joined] == [True, False]
+    assert joined[1].order == ("a/plain", "a/pen", "b/plain", "b/pen")
+    assert merge_turns([]) == [] and merge_turns([turn("a", 2), []]) == []
+
+
+def test_in_turn_needs_two_cells_of_each_variant_per_stage(tmp_path):
+    from verify.ab.__main__ import main
+
+    with pytest.raises(SystemExit, match="b has one cell at B=4 L=8"):
+        main(
+            ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",
+             "--config", 'plain={"batch": 4, "output_len": 8}',
+             "--config", 'pen={"batch": 4, "output_len": 8, "presence_penalty": 1.5}',
+             "--cell", "a/plain", "--cell", "a/pen", "--cell", "b/plain", "--in-turn",
+             "--out", str(tmp_path / "x.json")]
+        )  # fmt: skip

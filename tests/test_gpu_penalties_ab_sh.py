@@ -80,3 +80,11 @@ def test_one_gpu_per_variant_puts_each_engine_on_its_own_card(tmp_path):
 def test_one_gpu_per_variant_needs_a_gpu_for_each(tmp_path):
     done = run_script(tmp_path, PB_GPU_PER_VARIANT="1", PB_VARIANTS="series patched")
     assert done.returncode == 5 and "2 variants, 1 GPU(s) (0)" in done.stderr
+
+
+def test_engines_in_turn_fit_one_gpu_each_alone(tmp_path):
+    args = engine_args(
+        tmp_path, PB_ENGINES_IN_TURN="1", PB_VARIANTS="series patched", PB_SHAPES="256x2048"
+    )
+    assert args.in_turn and [v.split("=", 1)[0] for v in args.variant] == ["series", "patched"]
+    assert not any("CUDA_VISIBLE_DEVICES" in v for v in args.variant)

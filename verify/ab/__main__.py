@@ -18,7 +18,8 @@ environment. Example (the A/A and planted-effect proof on the GPU machine):
                     --num-prompts 128 --ignore-eos" --rounds 60 --budget-s 330 --out ab.json
 
 Generation A/B through the core: `python -m verify.ab engine ...` keeps one vLLM `LLM` per
-variant in a worker process (verify/ab/engines.py), all started at once, and measures cells
+variant in a worker process (verify/ab/engines.py), all started at once (or taking turns on
+one GPU, `--in-turn`, for shapes whose engines do not fit it together), and measures cells
 VARIANT/CONFIG (a config: batch, lengths and sampling parameters) as one `LLM.generate` each,
 in rotating rounds per batch shape, within a time budget (`--help` says how). A planted variant
 (`plant`) gets its steps and seconds slept per cell and a predicted ratio, as in `serve`
@@ -488,10 +489,9 @@ def check_capacity(engines: dict[str, Engine], configs: dict, cells: list[str]) 
             )
 
 
-def run_stages(stages, engines, configs, args, deadline: float) -> None:
-    """Each stage: one warm-up call per cell, then rounds in rotating order within an equal
-    share of the time left; a stage whose round cannot fit in the time left is not run."""
-    rates: dict[tuple, float] = {}
+def measurer(engines: dict[str, Engine], configs: dict, args, deadline: float, rates: dict):
+    """`measure(cell, index)` for the round loop: one timed LLM.generate of the cell's config on
+    its variant's engine (in `engines` when called), its seconds per token noted in `rates`."""
 
     def measure(cell: str, index: int) -> dict:
         variant, name = cell.split("/", 1)
@@ -512,31 +512,56 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         # thread_cpus in session 21 and gpu in session 30); only the token preview stays out.
         return {k: v for k, v in result.items() if k != "first_tokens"}
 
+    return measure
+
+
+def warm_up(cells: list[str], engines: dict[str, Engine], configs: dict, args, deadline: float):
+    """One short call per cell (--warmup-tokens long), not measured."""
+    for cell in cells:
+        variant, name = cell.split("/", 1)
+        request = {"config": configs[name], "warmup_tokens": args.warmup_tokens}
+        engines[variant].call(request, timeout=deadline + args.grace_s - time.monotonic())
+
+
+def say_round(stage: Stage, rnd: ab_rounds.Round, what: str = "round") -> None:
+    tput = ", ".join(
+        f"{c} {v['tok_per_s']:.0f}"
+        + (f" ({v['planted_slept_s']:.3f} s slept)" if "planted_slept_s" in v else "")
+        for c, v in rnd.values.items()
+    )
+    say(f"B={stage.shape[0]} L={stage.shape[2]} {what} {rnd.index}: {tput} tok/s")
+
+
+def stage_share(stage: Stage, i: int, stages: list, configs: dict, rates: dict, deadline: float):
+    """The seconds stage `i` may take (an equal share of the time left), or None with the
+    stage marked not run when its estimated round no longer fits."""
+    left = deadline - time.monotonic()
+    estimate = estimate_round_s(stage, configs, rates)
+    if left <= 0 or (estimate is not None and estimate > left):
+        need = f"a round needs about {estimate:.0f} s, " if estimate else ""
+        stage.status = f"not run: out of time ({need}{max(left, 0):.0f} s left)"
+        say(f"stage B={stage.shape[0]} L={stage.shape[2]}: {stage.status}")
+        return None
+    return left / (len(stages) - i)
+
+
+def run_stages(stages, engines, configs, args, deadline: float) -> None:
+    """Each stage: one warm-up call per cell, then rounds in rotating order within an equal
+    share of the time left; a stage whose round cannot fit in the time left is not run."""
+    rates: dict[tuple, float] = {}
+    measure = measurer(engines, configs, args, deadline, rates)
     for i, stage in enumerate(stages):
-        left = deadline - time.monotonic()
-        estimate = estimate_round_s(stage, configs, rates)
-        if left <= 0 or (estimate is not None and estimate > left):
-            need = f"a round needs about {estimate:.0f} s, " if estimate else ""
-            stage.status = f"not run: out of time ({need}{max(left, 0):.0f} s left)"
-            say(f"stage B={stage.shape[0]} L={stage.shape[2]}: {stage.status}")
+        share = stage_share(stage, i, stages, configs, rates, deadline)
+        if share is None:
             continue
-        share = left / (len(stages) - i)
         t0 = time.monotonic()
         stage.status = "stopped during warm-up"
-        for cell in stage.cells:
-            variant, name = cell.split("/", 1)
-            request = {"config": configs[name], "warmup_tokens": args.warmup_tokens}
-            engines[variant].call(request, timeout=deadline + args.grace_s - time.monotonic())
+        warm_up(stage.cells, engines, configs, args, deadline)
 
         def progress(rnd: ab_rounds.Round, stage: Stage = stage) -> None:
             stage.rounds.append(rnd)
             stage.status = f"ran {len(stage.rounds)} rounds"
-            tput = ", ".join(
-                f"{c} {v['tok_per_s']:.0f}"
-                + (f" ({v['planted_slept_s']:.3f} s slept)" if "planted_slept_s" in v else "")
-                for c, v in rnd.values.items()
-            )
-            say(f"B={stage.shape[0]} L={stage.shape[2]} round {rnd.index}: {tput} tok/s")
+            say_round(stage, rnd)
 
         stage.status = "stopped in its first round"
         ab_rounds.run_rounds(
@@ -549,6 +574,113 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
         )
         if len(stage.rounds) < args.warmup + args.rounds:
             stage.status += f" of {args.warmup + args.rounds} (its share of the time ran out)"
+
+
+def merge_turns(turns: list[list[ab_rounds.Round]]) -> list[ab_rounds.Round]:
+    """The rounds of engines that took turns: round k holds every turn's k-th round (each
+    variant's cells in the order they ran); rounds that some turn did not reach are left out."""
+    count = min((len(t) for t in turns), default=0)
+    return [
+        ab_rounds.Round(
+            k,
+            tuple(c for t in turns for c in t[k].order),
+            {c: v for t in turns for c, v in t[k].values.items()},
+            warmup=turns[0][k].warmup,
+        )
+        for k in range(count)
+    ]
+
+
+def run_turn(name: str, cells: list[str], stage: Stage, ctx: dict, cap: int, budget_s: float):
+    """One variant's turn on the GPU: its engine started alone, warmed up, measured in rounds
+    of its own `cells` (at most `cap` counted) within `budget_s`, and stopped; the rounds it
+    finished go to `got` (kept if a later step fails)."""
+    args, engines, record, got = ctx["args"], ctx["engines"], ctx["record"], ctx["got"]
+    t0 = time.monotonic()
+    stage.status = f"stopped starting {name}'s engine"
+    bring_up({name: ctx["variants"][name]}, args, ctx["work"], engines, record)
+    batch, _, output_len = stage.shape
+    turn = {"batch": batch, "output_len": output_len, "variant": name}
+    record["turns"].append({**turn, "startup_s": record["startup_s"][name], "rounds": 0})
+    check_capacity(engines, ctx["configs"], cells)
+    stage.status = f"stopped during {name}'s warm-up"
+    warm_up(cells, engines, ctx["configs"], args, ctx["deadline"])
+
+    def progress(rnd: ab_rounds.Round) -> None:
+        got.append(rnd)
+        record["turns"][-1]["rounds"] = len(got)
+        say_round(stage, rnd, f"{name} round")
+
+    stage.status = f"stopped in {name}'s first round"
+    budget = budget_s - (time.monotonic() - t0)
+    ab_rounds.run_rounds(
+        ctx["measure"], cells, cap, warmup=args.warmup, budget_s=budget, on_round=progress
+    )
+    engines.pop(name).stop()
+
+
+def check_turns(stages: list[Stage]) -> None:
+    """--in-turn rounds rotate a variant's own cells: each variant of a stage needs two."""
+    for stage in stages:
+        count: dict[str, int] = {}
+        for cell in stage.cells:
+            count[cell.split("/", 1)[0]] = count.get(cell.split("/", 1)[0], 0) + 1
+        alone = sorted(v for v, n in count.items() if n < 2)
+        if alone:
+            raise SystemExit(
+                f"--in-turn: {', '.join(alone)} has one cell at B={stage.shape[0]} "
+                f"L={stage.shape[2]}; a turn's rounds need two cells of its variant or more"
+            )
+
+
+def run_stages_in_turn(stages, variants, configs, args, work, deadline, engines, record) -> None:
+    """--in-turn: the variants' engines take turns on one GPU, one engine at a time (shapes
+    whose engines do not fit it together). Per stage each variant, in --variant order, gets an
+    equal share of the stage's time for `run_turn`; later turns run at most as many rounds as
+    the first, and round k of the stage joins every turn's k-th (`merge_turns`). Penalized
+    over plain stays within one engine and one turn; across variants only their ratios meet."""
+    rates: dict[tuple, float] = {}
+    record["turns"] = []
+    ctx = {"args": args, "engines": engines, "record": record, "variants": variants}
+    ctx |= {"work": work, "configs": configs, "deadline": deadline}
+    ctx["measure"] = measurer(engines, configs, args, deadline, rates)
+    for i, stage in enumerate(stages):
+        share = stage_share(stage, i, stages, configs, rates, deadline)
+        if share is None:
+            continue
+        end = time.monotonic() + share
+        own = {v: [c for c in stage.cells if c.split("/", 1)[0] == v] for v in variants}
+        own = {v: cells for v, cells in own.items() if cells}
+        turns: list[list[ab_rounds.Round]] = []
+        cap = args.rounds
+        try:
+            for k, name in enumerate(own):
+                ctx["got"] = got = []
+                try:
+                    budget = (end - time.monotonic()) / (len(own) - k)
+                    run_turn(name, own[name], stage, ctx, cap, budget)
+                finally:
+                    turns.append(got)
+                cap = min(cap, len(got) - args.warmup)
+                if cap <= 0:
+                    raise EngineError(f"{name}'s turn ended before a counted round")
+            ran = ", ".join(f"{n} {len(t)}" for n, t in zip(own, turns, strict=True))
+            stage.status = f"ran {ran} rounds in turns"
+        finally:
+            stage.rounds = merge_turns(turns) if len(turns) == len(own) else []
+        if len(stage.rounds) < args.warmup + args.rounds:
+            stage.status += f"; {len(stage.rounds)} of {args.warmup + args.rounds} joined"
+
+
+def bring_up(variants: dict, args, work: Path, engines: dict[str, Engine], record: dict) -> None:
+    """`variants`' engines started at once (`start_engines`) and ready, their start-up seconds,
+    readiness reports and the GPU, torch and vLLM they found noted in `record`."""
+    start_engines(variants, args, work, engines)
+    for name in variants:
+        ready = engines[name].wait_ready(args.start_s)
+        record.setdefault("startup_s", {})[name] = round(ready["startup_s"], 1)
+        record.setdefault("workers", {})[name] = ready
+        record["machine"].update({k: ready.get(k) for k in ("gpu", "torch", "vllm")})
 
 
 def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) -> None:
@@ -612,20 +744,21 @@ def engine(args) -> int:
     cells = cells_of(args, variants, configs)
     pairs = comparisons_of(args, cells, configs)
     stages = plan_stages(cells, configs)
+    if args.in_turn:
+        check_turns(stages)
     record = record_head("engine-ab", args, variants, host_provenance())
     record.update(configs=configs, cells=cells, engine_args=json.loads(args.engine_args))
     record["metric"] = "tok_per_s (output tokens / wall s of one LLM.generate); ratio = B/A"
     engines: dict[str, Engine] = {}
     code = 0
     try:
-        start_engines(variants, args, work, engines)
-        ready = {n: e.wait_ready(args.start_s) for n, e in engines.items()}
-        record["startup_s"] = {n: round(r["startup_s"], 1) for n, r in ready.items()}
-        record["workers"] = ready
-        first = next(iter(ready.values()))
-        record["machine"].update({k: first.get(k) for k in ("gpu", "torch", "vllm")})
-        check_capacity(engines, configs, cells)
-        run_stages(stages, engines, configs, args, deadline)
+        if args.in_turn:
+            record["in_turn"] = True
+            run_stages_in_turn(stages, variants, configs, args, work, deadline, engines, record)
+        else:
+            bring_up(variants, args, work, engines, record)
+            check_capacity(engines, configs, cells)
+            run_stages(stages, engines, configs, args, deadline)
     except EngineError as exc:
         record["stopped"] = str(exc)
         code = 1
@@ -659,6 +792,9 @@ Cells of one batch shape (batch, input_len, output_len) form a stage: a warm-up 
 rotating order. Stages run one after another, each within an equal share of the time left;
 a stage whose round no longer fits is recorded as "not run: out of time". The record is
 written whatever happens (a failure or SIGINT keeps every whole round).
+With --in-turn the engines take turns on the GPU instead of running side by side: per stage,
+each variant's engine is started alone, measures rounds of its own cells and is stopped; the
+stage's round k joins every turn's k-th round (the record says `in_turn` and lists `turns`).
 """
 
 
@@ -726,6 +862,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--pin-cpus",
         action="store_true",
         help="give each engine its own consecutive share of this process's CPUs",
+    )
+    p.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="one engine at a time: the variants take turns on the GPU per stage (shapes "
+        "whose engines do not fit it together); each variant needs two cells or more",
     )
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)

@@ -62,6 +62,7 @@ def plan(
     seeded: bool = True,
     gpu_budget: int = GPU_BUDGET,
     gpu_each: list[str] | None = None,
+    in_turn: bool = False,
 ) -> list[str]:
     """The engine front-end's arguments (one per item, --name=value). `seeded`: every request
     its own seed (tokens comparable across engines; vLLM then draws per request and step).
@@ -69,7 +70,8 @@ def plan(
     control the importer judges token identity against. `gpu_each`: CUDA device ids, one per
     variant in order (CUDA_VISIBLE_DEVICES in its environment), `gpu_budget` then per GPU:
     shapes whose engines do not fit one GPU together (B=256, or L=8160 at B=64, on an H100)
-    can still run beside each other, each on its own card."""
+    can still run beside each other, each on its own card. `in_turn`: the engines take turns on
+    one GPU instead (`verify.ab engine --in-turn`), each sized to have it alone."""
     bad = [v for v in variants if build_of(v) not in ("pristine", "series", "patched")]
     bad += [s for s in samplings if s not in SAMPLINGS]
     if bad or series not in SERIES_SITES:
@@ -79,6 +81,8 @@ def plan(
             f"one GPU per variant: {len(variants)} variants, {len(gpu_each)} GPU(s) "
             f"({','.join(gpu_each) or 'none'})"
         )
+    if in_turn and gpu_each is not None:
+        raise PlanError("engines in turn share one GPU: not with one GPU per variant")
     own = {v: pristine_shapes if build_of(v) == "pristine" else shapes for v in variants}
     order = list(dict.fromkeys(s for v in variants for s in own[v]))
     if not order:
@@ -107,8 +111,8 @@ def plan(
             pairs += [(f"{a}/{name[s]}", f"patched/{name[s]}") for a in ("series", "pristine")
                       if a in here for s in samplings]  # fmt: skip
     args += [f"--compare={a}:{c}" for a, c in pairs]
-    engine = engine_args(1 if gpu_each else len(variants), order, gpu_budget)
-    return args + [f"--engine-args={json.dumps(engine)}"]
+    engine = engine_args(1 if gpu_each or in_turn else len(variants), order, gpu_budget)
+    return args + [f"--engine-args={json.dumps(engine)}"] + (["--in-turn"] if in_turn else [])
 
 
 def build_of(variant: str) -> str:
@@ -148,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu-each",
         help="CUDA device ids, comma-separated: one GPU per variant (--gpu-gib then per GPU)",
     )
+    parser.add_argument(
+        "--in-turn", action="store_true", help="engines take turns on one GPU, each alone"
+    )
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     args = parser.parse_args(argv)
     items = plan(
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         seeded=not args.unseeded,
         gpu_budget=int(args.gpu_gib * 2**30),
         gpu_each=[g for g in args.gpu_each.split(",") if g] if args.gpu_each is not None else None,
+        in_turn=args.in_turn,
     )
     args.out_args.write_text("\n".join(items) + "\n")
     return 0

@@ -21,10 +21,11 @@ slower", the registry step's threshold, 2%):
   step, whatever the shape); each pool shows its rounds' ratio and its runs' ratio, not
   judged. A regression that the engine pairs share still fails.
   Where a run has a second engine of a build (`series2`), that build's own plain A/A is shown
-  beside it, not judged (how far two engines of one build differ). A run whose engines had a
-  GPU each (PB_GPU_PER_VARIANT=1: shapes whose engines do not fit one GPU together) is left
-  out of every plain A/A and patched/baseline tok/s (the cards would differ too); its costs
-  and penalized over plain, each within an engine, count;
+  beside it, not judged (how far two engines of one build differ). A run whose engines ran
+  apart, for shapes whose engines do not fit one GPU together (a GPU each, PB_GPU_PER_VARIANT=1,
+  or in turn on one GPU, PB_ENGINES_IN_TURN=1), is left out of every plain A/A and
+  patched/baseline tok/s (the cards or the hours would differ too); its costs and penalized
+  over plain, each within an engine, count;
   The penalized comparison is judged with that difference taken out:
   patched's penalized/plain over the series' penalized/plain, paired by round
   (`penalty_path_ratio`); the raw penalized ratio is reported beside it;
@@ -327,12 +328,16 @@ def plain_aa_logs(pool: Pool) -> dict[str, list[float]]:
     return out
 
 
-def gpu_per_engine(run: dict) -> bool:
-    """Whether the run's engines sat on different GPUs (PB_GPU_PER_VARIANT=1: each variant's
-    CUDA_VISIBLE_DEVICES): their plain A/A then includes the two cards' difference."""
+def engines_apart(run: dict) -> str:
+    """How the run's engines ran apart, so that their plain A/A holds more than the builds'
+    difference: "one GPU per engine" (PB_GPU_PER_VARIANT=1: each variant's
+    CUDA_VISIBLE_DEVICES; the cards differ too), "engines in turn on one GPU"
+    (PB_ENGINES_IN_TURN=1: at different times); "" when they ran side by side on one GPU."""
+    if run.get("in_turn"):
+        return "engines in turn on one GPU"
     variants = run.get("variants") or {}
     devices = {(v.get("env") or {}).get("CUDA_VISIBLE_DEVICES") for v in variants.values()}
-    return len(devices) > 1
+    return "one GPU per engine" if len(devices) > 1 else ""
 
 
 def run_name(run: dict) -> str:
@@ -498,8 +503,8 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     hop = re.search(r"PB_HOP_CPUS_EVERY=(\d+)", run.get("command", ""))
     if hop:  # verify.ab.engines.CpuHopper: each cell spread over all CPUs
         where += f", engine threads hopping CPUs every {hop.group(1)} steps"
-    if gpu_per_engine(run):
-        where += ", one GPU per engine"
+    if engines_apart(run):
+        where += f", {engines_apart(run)}"
     cells = stage_cells(run, stage)
     plain, pen = cells.get(("patched", False, False)), cells.get(("patched", True, False))
     both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
@@ -541,21 +546,22 @@ class Pool:
     rounds: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     by_run: dict = field(default_factory=dict)  # {`run_name`: that run's rounds}
-    apart: set = field(default_factory=set)  # `run_name`s whose engines had a GPU each
+    apart: set = field(default_factory=set)  # `run_name`s whose engines ran apart
 
     def add(self, run: dict, stage: dict, rounds: list) -> None:
         self.stage["cells"] += [c for c in stage["cells"] if c not in self.stage["cells"]]
         self.rounds += rounds
         name = run_name(run)
         self.by_run[name] = rounds
-        if gpu_per_engine(run):
+        if engines_apart(run):
             self.apart.add(name)
         self.runs.append(f"{run['date'][:16]}: {stage['status']} [{run_note(run, stage, rounds)}]")
 
     @property
     def one_gpu_runs(self) -> dict[str, list]:
-        """`by_run` without the runs whose engines had a GPU each: the units of the plain A/A
-        (the same work in both builds, so a difference is the engines', not the cards')."""
+        """`by_run` without the runs whose engines ran apart (`engines_apart`): the units of the
+        plain A/A (the same work in both builds, so a difference is the engines', not the
+        cards' or the hours')."""
         return {name: rounds for name, rounds in self.by_run.items() if name not in self.apart}
 
     @property
@@ -705,12 +711,12 @@ def penalty_cost(version: str) -> dict | None:
                 compared.setdefault(cell, set()).add(model)
     plain = judge_plain_aa(pools, threshold)
     apart = sorted({name for pool in pools for name in pool.apart})
-    if apart:  # their plain A/A would be the cards' difference
-        numbers["runs with a GPU per engine, left out of the plain A/A"] = apart
+    if apart:  # their plain A/A would hold the cards' or the hours' difference
+        numbers["runs whose engines ran apart, left out of the plain A/A"] = apart
     if plain is not None:
         parts.append(plain[0])
         numbers["patched/series plain, engine pairs as units"] = plain[1]
-        left_out = f" ({len(apart)} run(s) with a GPU per engine left out)" if apart else ""
+        left_out = f" ({len(apart)} run(s) with engines apart left out)" if apart else ""
         key += [
             "",
             f"Plain requests, patched / series tok/s over every run{left_out} (judged): "
