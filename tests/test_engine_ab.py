@@ -4,6 +4,7 @@ the penalty-cost verdict passing, failing and unresolved."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -1176,6 +1177,7 @@ def test_engines_in_turn_run_alone_and_their_rounds_join(tmp_path):
     same stand-ins see each other (the check can fail)."""
     rc, record = _in_turn(tmp_path, extra=("--in-turn",))
     assert rc == 0 and record["in_turn"] is True
+    assert "stopped" not in record and "checkpoint" not in record  # the last write, not one
     assert [(t["variant"], t["rounds"], t["startup_s"]) for t in record["turns"]] == [
         ("a", 3, 1.5),
         ("b", 3, 1.5),
@@ -1195,16 +1197,18 @@ def test_engines_in_turn_run_alone_and_their_rounds_join(tmp_path):
     assert all(v["others_alive"] == 1 for v in values.values())
 
 
-def test_a_turn_that_fails_keeps_the_rounds_both_turns_finished(tmp_path):
+def test_a_turn_that_fails_keeps_every_round_it_and_the_first_turn_finished(tmp_path):
     rc, record = _in_turn(tmp_path, b_env=",FAIL_AFTER=4", extra=("--in-turn",))
     assert rc == 1 and "stand-in failure" in record["stopped"]
     assert [t["rounds"] for t in record["turns"]] == [3, 2]  # b failed in its third round
-    assert len(record["rounds"]) == 2 and record["comparisons"][2]["n"] == 2
+    assert [len(r["values"]) for r in record["rounds"]] == [4, 4, 2]  # a's third round stays
+    cost_a, cost_b, across = record["comparisons"]
+    assert (cost_a["n"], cost_b["n"], across["n"]) == (3, 2, 2)
     left = [f.name for f in (tmp_path / "alive").iterdir() if Path(f"/proc/{f.name}").exists()]
     assert not left  # no engine left behind (b's was killed: its file stays, its process not)
 
 
-def test_merge_turns_joins_round_k_of_every_turn_and_drops_the_unpaired():
+def test_merge_turns_joins_round_k_of_every_turn_that_reached_it():
     from verify.ab.__main__ import merge_turns
 
     def turn(variant: str, n: int) -> list:
@@ -1214,10 +1218,59 @@ def test_merge_turns_joins_round_k_of_every_turn_and_drops_the_unpaired():
             for k in range(n)
         ]
 
-    joined = merge_turns([turn("a", 4), turn("b", 2)])
-    assert [r.index for r in joined] == [0, 1] and [r.warmup for r in joined] == [True, False]
+    joined = merge_turns([turn("a", 3), turn("b", 2)])
+    assert [r.index for r in joined] == [0, 1, 2]
+    assert [r.warmup for r in joined] == [True, False, False]
     assert joined[1].order == ("a/plain", "a/pen", "b/plain", "b/pen")
-    assert merge_turns([]) == [] and merge_turns([turn("a", 2), []]) == []
+    assert joined[2].order == ("a/plain", "a/pen") and sorted(joined[2].values) == sorted(
+        joined[2].order
+    )
+    assert merge_turns([]) == [] and len(merge_turns([turn("a", 2), []])) == 2
+
+
+def test_a_killed_run_keeps_the_rounds_of_its_last_checkpoint(tmp_path):
+    """The front-end writes its record after every round: killed (SIGKILL, or its machine
+    given back) while b's engine hangs in its second round, the record on disk holds every
+    round that ended and says it is a checkpoint, not a finished run."""
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "worker.py").write_text(
+        IN_TURN_STAND_IN.replace(
+            "if fail_after and calls[0] > fail_after:",
+            "if fail_after and calls[0] > fail_after:\n            import time; time.sleep(600)",
+        )
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    plain = {"batch": 4, "output_len": 8}
+    alive, out, work = f"STAND_IN_ALIVE={tmp_path / 'alive'}", tmp_path / "ab.json", tmp_path / "w"
+    argv = [sys.executable, "-m", "verify.ab", "engine", "--model", "m",
+            "--variant", f"a=,{alive}", "--variant", f"b=,{alive},FAIL_AFTER=2",
+            "--config", f"plain={json.dumps(plain)}",
+            "--config", f"pen={json.dumps({**plain, 'presence_penalty': 1.5})}",
+            "--compare", "a/plain:a/pen", "--rounds", "5", "--python", str(python),
+            "--work", str(work), "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if out.exists() and len(json.loads(out.read_text())["rounds"]) == 1:
+                time.sleep(1)  # b's second cell now hangs: no round ends any more
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        for pid in work.glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid.read_text()), signal.SIGKILL)
+    record = json.loads(out.read_text())
+    assert record["checkpoint"] is True and len(record["rounds"]) == 1
+    assert record["stopped"].startswith("no final record: this is the checkpoint after round 1")
+    assert record["comparisons"][0]["n"] == 1 and not list(tmp_path.glob("*.tmp"))
 
 
 def test_in_turn_needs_two_cells_of_each_variant_per_stage(tmp_path):

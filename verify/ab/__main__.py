@@ -545,9 +545,10 @@ def stage_share(stage: Stage, i: int, stages: list, configs: dict, rates: dict, 
     return left / (len(stages) - i)
 
 
-def run_stages(stages, engines, configs, args, deadline: float) -> None:
+def run_stages(stages, engines, configs, args, deadline: float, checkpoint=lambda: None) -> None:
     """Each stage: one warm-up call per cell, then rounds in rotating order within an equal
-    share of the time left; a stage whose round cannot fit in the time left is not run."""
+    share of the time left (`checkpoint()` after each); a stage whose round cannot fit in the
+    time left is not run."""
     rates: dict[tuple, float] = {}
     measure = measurer(engines, configs, args, deadline, rates)
     for i, stage in enumerate(stages):
@@ -562,6 +563,7 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
             stage.rounds.append(rnd)
             stage.status = f"ran {len(stage.rounds)} rounds"
             say_round(stage, rnd)
+            checkpoint()
 
         stage.status = "stopped in its first round"
         ab_rounds.run_rounds(
@@ -577,25 +579,25 @@ def run_stages(stages, engines, configs, args, deadline: float) -> None:
 
 
 def merge_turns(turns: list[list[ab_rounds.Round]]) -> list[ab_rounds.Round]:
-    """The rounds of engines that took turns: round k holds every turn's k-th round (each
-    variant's cells in the order they ran); rounds that some turn did not reach are left out."""
-    count = min((len(t) for t in turns), default=0)
-    return [
-        ab_rounds.Round(
-            k,
-            tuple(c for t in turns for c in t[k].order),
-            {c: v for t in turns for c, v in t[k].values.items()},
-            warmup=turns[0][k].warmup,
-        )
-        for k in range(count)
-    ]
+    """The rounds of engines that took turns: round k holds the k-th round of every turn that
+    reached it (each variant's cells in the order they ran), so a round past a later turn's
+    last still counts for the comparisons within the earlier turn's engine."""
+    count = max((len(t) for t in turns), default=0)
+    merged = []
+    for k in range(count):
+        reached = [t[k] for t in turns if k < len(t)]
+        order = tuple(c for r in reached for c in r.order)
+        values = {c: v for r in reached for c, v in r.values.items()}
+        merged.append(ab_rounds.Round(k, order, values, warmup=reached[0].warmup))
+    return merged
 
 
 def run_turn(name: str, cells: list[str], stage: Stage, ctx: dict, cap: int, budget_s: float):
     """One variant's turn on the GPU: its engine started alone, warmed up, measured in rounds
-    of its own `cells` (at most `cap` counted) within `budget_s`, and stopped; the rounds it
-    finished go to `got` (kept if a later step fails)."""
-    args, engines, record, got = ctx["args"], ctx["engines"], ctx["record"], ctx["got"]
+    of its own `cells` (at most `cap` counted) within `budget_s`, and stopped; each round joins
+    the stage's rounds as it ends (`ctx["turns"]`' last list) and the record is checkpointed."""
+    args, engines, record = ctx["args"], ctx["engines"], ctx["record"]
+    got = ctx["turns"][-1]
     t0 = time.monotonic()
     stage.status = f"stopped starting {name}'s engine"
     bring_up({name: ctx["variants"][name]}, args, ctx["work"], engines, record)
@@ -608,8 +610,10 @@ def run_turn(name: str, cells: list[str], stage: Stage, ctx: dict, cap: int, bud
 
     def progress(rnd: ab_rounds.Round) -> None:
         got.append(rnd)
+        stage.rounds = merge_turns(ctx["turns"])
         record["turns"][-1]["rounds"] = len(got)
         say_round(stage, rnd, f"{name} round")
+        ctx["checkpoint"]()
 
     stage.status = f"stopped in {name}'s first round"
     budget = budget_s - (time.monotonic() - t0)
@@ -633,43 +637,35 @@ def check_turns(stages: list[Stage]) -> None:
             )
 
 
-def run_stages_in_turn(stages, variants, configs, args, work, deadline, engines, record) -> None:
+def run_stages_in_turn(stages, variants, configs, args, ctx: dict) -> None:
     """--in-turn: the variants' engines take turns on one GPU, one engine at a time (shapes
     whose engines do not fit it together). Per stage each variant, in --variant order, gets an
-    equal share of the stage's time for `run_turn`; later turns run at most as many rounds as
-    the first, and round k of the stage joins every turn's k-th (`merge_turns`). Penalized
-    over plain stays within one engine and one turn; across variants only their ratios meet."""
+    equal share of the stage's time for `run_turn`; later turns run at most as many counted
+    rounds as the first, and round k of the stage joins every turn's k-th (`merge_turns`).
+    Penalized over plain stays within one engine and one turn; across variants only their
+    ratios meet. `ctx`: engines, record, work, deadline and checkpoint of the front-end."""
     rates: dict[tuple, float] = {}
-    record["turns"] = []
-    ctx = {"args": args, "engines": engines, "record": record, "variants": variants}
-    ctx |= {"work": work, "configs": configs, "deadline": deadline}
-    ctx["measure"] = measurer(engines, configs, args, deadline, rates)
+    ctx["record"]["turns"] = []
+    ctx |= {"args": args, "variants": variants, "configs": configs}
+    ctx["measure"] = measurer(ctx["engines"], configs, args, ctx["deadline"], rates)
     for i, stage in enumerate(stages):
-        share = stage_share(stage, i, stages, configs, rates, deadline)
+        share = stage_share(stage, i, stages, configs, rates, ctx["deadline"])
         if share is None:
             continue
         end = time.monotonic() + share
         own = {v: [c for c in stage.cells if c.split("/", 1)[0] == v] for v in variants}
         own = {v: cells for v, cells in own.items() if cells}
-        turns: list[list[ab_rounds.Round]] = []
-        cap = args.rounds
-        try:
-            for k, name in enumerate(own):
-                ctx["got"] = got = []
-                try:
-                    budget = (end - time.monotonic()) / (len(own) - k)
-                    run_turn(name, own[name], stage, ctx, cap, budget)
-                finally:
-                    turns.append(got)
-                cap = min(cap, len(got) - args.warmup)
-                if cap <= 0:
-                    raise EngineError(f"{name}'s turn ended before a counted round")
-            ran = ", ".join(f"{n} {len(t)}" for n, t in zip(own, turns, strict=True))
-            stage.status = f"ran {ran} rounds in turns"
-        finally:
-            stage.rounds = merge_turns(turns) if len(turns) == len(own) else []
-        if len(stage.rounds) < args.warmup + args.rounds:
-            stage.status += f"; {len(stage.rounds)} of {args.warmup + args.rounds} joined"
+        ctx["turns"], cap = [], args.rounds
+        for k, name in enumerate(own):
+            ctx["turns"].append([])
+            run_turn(name, own[name], stage, ctx, cap, (end - time.monotonic()) / (len(own) - k))
+            cap = min(cap, len(ctx["turns"][-1]) - args.warmup)
+            if cap <= 0:
+                raise EngineError(f"{name}'s turn ended before a counted round")
+        ran = ", ".join(f"{n} {len(t)}" for n, t in zip(own, ctx["turns"], strict=True))
+        stage.status = f"ran {ran} rounds in turns"
+        if min(len(t) for t in ctx["turns"]) < args.warmup + args.rounds:
+            stage.status += f" of {args.warmup + args.rounds} (its share of the time ran out)"
 
 
 def bring_up(variants: dict, args, work: Path, engines: dict[str, Engine], record: dict) -> None:
@@ -683,8 +679,11 @@ def bring_up(variants: dict, args, work: Path, engines: dict[str, Engine], recor
         record["machine"].update({k: ready.get(k) for k in ("gpu", "torch", "vllm")})
 
 
-def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) -> None:
-    """Rounds (numbered across stages), stages, comparisons and token identity into `record`."""
+def stage_results(
+    record: dict, stages: list[Stage], pairs, threshold: float, quiet: bool = False
+) -> None:
+    """Rounds (numbered across stages), stages, comparisons (over the rounds that measured both
+    cells) and token identity into `record`; `quiet`: the comparisons not printed."""
     flat, record["stages"] = [], []
     for stage in stages:
         rounds = [replace(r, index=len(flat) + k) for k, r in enumerate(stage.rounds)]
@@ -704,18 +703,20 @@ def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) ->
     record["comparisons"] = []
     for base, var in pairs:
         stage = next(s for s in stages if base in s.cells and var in s.cells)
-        if not any(not r.warmup for r in stage.rounds):
+        both = [r for r in stage.rounds if base in r.values and var in r.values]
+        if not any(not r.warmup for r in both):
             cmp = {"baseline": base, "variant": var, "metric": "tok_per_s", "outcome": "not run"}
             record["comparisons"].append({**cmp, "reason": stage.status})
             continue
         cmp = ab_rounds.compare(
-            stage.rounds, base, var, "tok_per_s", threshold=threshold, higher_is_better=True
+            both, base, var, "tok_per_s", threshold=threshold, higher_is_better=True
         )
-        predicted = predicted_ratio(stage.rounds, base, var, "tok_per_s")
+        predicted = predicted_ratio(both, base, var, "tok_per_s")
         if predicted is not None:
             cmp["predicted_if_all_on_critical_path"] = predicted
         record["comparisons"].append(cmp)
-        say(f"{cmp['text']} -> {cmp['outcome']}")
+        if not quiet:
+            say(f"{cmp['text']} -> {cmp['outcome']}")
     hashes: dict[str, dict[str, set]] = {}
     for rnd in flat:
         for cell, values in rnd.values.items():
@@ -728,6 +729,28 @@ def stage_results(record: dict, stages: list[Stage], pairs, threshold: float) ->
         }
         for config, per in hashes.items()
     }
+
+
+#: A checkpoint's `stopped`: what the record says if the run never writes its last one.
+CHECKPOINT_STOP = (
+    "no final record: this is the checkpoint after round {n} ({wall:.0f} s in); the run ended "
+    "without writing its record (killed, or its machine given back)"
+)
+
+
+def write_record(record: dict, stages: list[Stage], pairs, args, started: float) -> None:
+    """The record as it stands (`stage_results`) written to --out at once, whole (replaced,
+    never half-written): the front-end's last write, and a checkpoint after every round while
+    it runs (`record["stopped"]` then says so), so a run that is killed keeps its rounds."""
+    stage_results(record, stages, pairs, args.threshold, quiet="checkpoint" in record)
+    record["wall_s"] = round(time.monotonic() - started, 1)
+    if "checkpoint" in record:
+        record["stopped"] = CHECKPOINT_STOP.format(n=len(record["rounds"]), wall=record["wall_s"])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out)
 
 
 def engine(args) -> int:
@@ -751,14 +774,19 @@ def engine(args) -> int:
     record["metric"] = "tok_per_s (output tokens / wall s of one LLM.generate); ratio = B/A"
     engines: dict[str, Engine] = {}
     code = 0
+
+    def checkpoint() -> None:
+        write_record({**record, "checkpoint": True}, stages, pairs, args, started)
+
     try:
         if args.in_turn:
             record["in_turn"] = True
-            run_stages_in_turn(stages, variants, configs, args, work, deadline, engines, record)
+            ctx = {"engines": engines, "record": record, "work": work, "deadline": deadline}
+            run_stages_in_turn(stages, variants, configs, args, ctx | {"checkpoint": checkpoint})
         else:
             bring_up(variants, args, work, engines, record)
             check_capacity(engines, configs, cells)
-            run_stages(stages, engines, configs, args, deadline)
+            run_stages(stages, engines, configs, args, deadline, checkpoint)
     except EngineError as exc:
         record["stopped"] = str(exc)
         code = 1
@@ -772,10 +800,7 @@ def engine(args) -> int:
     finally:
         if code:
             say(f"stopped: {record['stopped'][:2000]}")
-        stage_results(record, stages, pairs, args.threshold)
-        record["wall_s"] = round(time.monotonic() - started, 1)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        write_record(record, stages, pairs, args, started)
         say(f"wrote {args.out}")
         for eng in engines.values():
             if code:  # failed or interrupted: no time to let them finish a measurement
