@@ -3,7 +3,9 @@
 # several back-to-back calls (a call may run 10 minutes; the machine stays while calls follow
 # each other within 30 s). The device tool keeps a process that started a new session (setsid)
 # until the machine goes back; everything else dies when the call returns.
-#   gpu_detached.sh start NAME COMMAND...   start COMMAND in its own session, OUT pointed at
+#   gpu_detached.sh start NAME COMMAND...   start COMMAND in its own session, in a copy of the
+#                                           current folder (the next call's working tree may
+#                                           replace it), OUT pointed at
 #                                           $PB_DETACHED_ROOT/NAME/out, its output in .../log
 #   gpu_detached.sh watch NAME SECONDS      follow its log for SECONDS at most (less once it
 #                                           ends), then copy what it wrote under its OUT (a
@@ -38,9 +40,16 @@ start() {
   fi
   rm -rf "$dir" && mkdir -p "$dir/out"
   printf '%q ' "$@" > "$dir/command"
+  # The job runs in a copy of this folder: the next call's working tree may replace it.
+  local mb; mb=$(du -sm . | cut -f1)
+  if [ "$mb" -gt "${PB_DETACHED_MAX_MB:-1024}" ]; then
+    echo "gpu_detached: $PWD holds $mb MB, more than PB_DETACHED_MAX_MB (1024) to copy" >&2
+    exit 4
+  fi
+  cp -a "$PWD/." "$dir/tree" || { echo "gpu_detached: could not copy $PWD" >&2; exit 4; }
   # the session leader writes its own pid (setsid may fork, so $! need not be it)
-  OUT=$dir/out setsid bash -c 'echo $$ > "$0/pid"; "$@" > "$0/log" 2>&1 < /dev/null
-    echo $? > "$0/rc"' "$dir" "$@" < /dev/null > /dev/null 2>&1 &
+  (cd "$dir/tree" && OUT=$dir/out exec setsid bash -c 'echo $$ > "$0/pid"
+    "$@" > "$0/log" 2>&1 < /dev/null; echo $? > "$0/rc"' "$dir" "$@") < /dev/null > /dev/null 2>&1 &
   for _ in $(seq 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
   [ -s "$dir/pid" ] || { echo "gpu_detached: $name did not start" >&2; exit 4; }
   echo "gpu_detached: started $name (pid $(cat "$dir/pid"), a session of its own):" \

@@ -17,13 +17,24 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_detached.sh"
 JOB = 'echo "round 0"; mkdir -p "$OUT/gpu"; echo "{\\"rounds\\": 1}" > "$OUT/gpu/r.json"; '
 
 
-def detached(tmp_path: Path, *args: str, out: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PB_DETACHED_ROOT": str(tmp_path / "jobs")}
+def detached(
+    tmp_path: Path, *args: str, out: Path | None = None, **env_extra: str
+) -> subprocess.CompletedProcess:
+    """gpu_detached.sh ARGS from tmp_path/tree (a folder with one file: the job's copy of it)."""
+    env = {**os.environ, "PB_DETACHED_ROOT": str(tmp_path / "jobs"), **env_extra}
     env.pop("OUT", None)
     if out is not None:
         env["OUT"] = str(out)
+    tree = tmp_path / "tree"
+    tree.mkdir(exist_ok=True)
+    (tree / "in-the-tree").write_text("x")
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(SCRIPT), *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -37,11 +48,15 @@ def _stop(tmp_path: Path, name: str) -> None:
 
 
 def test_watch_follows_the_job_to_its_end_and_hands_back_its_record_and_status(tmp_path):
-    started = detached(tmp_path, "start", "j", "bash", "-c", JOB + "exit 3")
+    job = JOB + "pwd; cat in-the-tree; rm in-the-tree; exit 3"
+    started = detached(tmp_path, "start", "j", "bash", "-c", job)
     assert started.returncode == 0 and "started j" in started.stdout
     done = detached(tmp_path, "watch", "j", "20", out=tmp_path / "out")
     assert done.returncode == 11, done.stdout + done.stderr
     assert "round 0" in done.stdout and "j ended with status 3" in done.stdout
+    # it ran in its own copy of the caller's folder, which it left alone
+    assert f"{tmp_path / 'jobs' / 'j' / 'tree'}\nx" in done.stdout
+    assert (tmp_path / "tree" / "in-the-tree").exists()
     assert (tmp_path / "out" / "gpu" / "r.json").read_text().strip() == '{"rounds": 1}'
     assert "round 0" in (tmp_path / "out" / "gpu" / "detached-j.log").read_text()
 
@@ -67,6 +82,7 @@ def test_the_job_outlives_the_process_group_of_the_call_that_started_it(tmp_path
     env = {**os.environ, "PB_DETACHED_ROOT": str(tmp_path / "jobs")}
     call = subprocess.Popen(
         ["bash", "-c", f"bash {SCRIPT} start j sleep 30; sleep 30"],
+        cwd=tmp_path.joinpath("tree").mkdir() or tmp_path / "tree",
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -99,3 +115,9 @@ def test_the_job_outlives_the_process_group_of_the_call_that_started_it(tmp_path
 def test_bad_calls_are_named(tmp_path, args, code, says):
     done = detached(tmp_path, *args)
     assert done.returncode == code and says in done.stderr
+
+
+def test_a_folder_too_large_to_copy_is_refused(tmp_path):
+    done = detached(tmp_path, "start", "j", "true", PB_DETACHED_MAX_MB="0")
+    assert done.returncode == 4 and "more than PB_DETACHED_MAX_MB" in done.stderr
+    assert not (tmp_path / "jobs" / "j" / "tree").exists()
