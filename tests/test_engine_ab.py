@@ -1284,3 +1284,55 @@ def test_in_turn_needs_two_cells_of_each_variant_per_stage(tmp_path):
              "--cell", "a/plain", "--cell", "a/pen", "--cell", "b/plain", "--in-turn",
              "--out", str(tmp_path / "x.json")]
         )  # fmt: skip
+
+
+PENALTY_STAND_IN = """
+import json, os, random, sys
+from verify.ab.engines import serve_requests
+prefix = sys.argv[sys.argv.index("--prefix") + 1]
+series = os.environ.get("VLLM_V1_PENALTY_STATE") == "0"
+noise = random.Random(7 if series else 8)
+def handle(request):
+    config = request["config"]
+    tokens = config["batch"] * (request.get("warmup_tokens") or config["output_len"])
+    cost = 1.25 if series and config.get("presence_penalty") else 1.0
+    elapsed = 50.0 * cost * (1.1 if series else 1.0) * noise.uniform(0.995, 1.005)
+    return {"elapsed_s": elapsed, "output_tokens": tokens, "tok_per_s": tokens / elapsed,
+            "token_ids_hash": "h"}
+serve_requests(handle, prefix, {"startup_s": 2.0, "kv_cache_tokens": 10**6,
+                                "gpu": "NVIDIA H100 80GB HBM3"})
+"""
+
+
+def test_an_in_turn_run_of_the_plan_imports_with_the_penalty_path_judged(root, tmp_path):
+    """issue 22's plan run in turns end to end on stand-ins (the series engine 10% slower on
+    everything, its penalties 25% dearer), then imported: the costs and patched/series
+    penalized over plain come from the joined rounds; the engines' plain difference, an
+    engine start apart, is left out of the plain A/A and named."""
+    from verify.ab.__main__ import main
+
+    work = tmp_path / "stand-in"
+    work.mkdir()
+    (work / "worker.py").write_text(PENALTY_STAND_IN)
+    python = work / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {work / "worker.py"} "$@"\n')
+    python.chmod(0o755)
+    plan = penalty_plan.plan(
+        ["series", "patched"], [(4, 8)], [], ["plain", "pen"], seeded=False, in_turn=True
+    )
+    (work / "meta.json").write_text(json.dumps({k: META[k] for k in ("vllm_version",
+                                                "series_hash", "command")}))  # fmt: skip
+    out = root / "0.22.0" / "penalties-ab-turns.json"
+    rc = main(["engine", "--model", "m", *plan, "--rounds", "6", "--python", str(python),
+               "--work", str(work / "w"), "--meta", str(work / "meta.json"),
+               "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    record = gpu_engine_ab.penalty_cost("0.22.0")
+    shape = _pooled(record, "B=4 L=8")
+    assert shape["series penalized/plain (no top-k/top-p)"]["ratio"] == pytest.approx(0.8, 0.01)
+    assert shape["patched penalized/plain (no top-k/top-p)"]["ratio"] == pytest.approx(1, 0.01)
+    path = shape["patched/series (penalized over plain, no top-k/top-p)"]
+    assert path["n"] == 6 and path["ratio"] == pytest.approx(1.25, 0.01)
+    assert "patched/series (plain, no top-k/top-p)" not in shape  # an engine start apart
+    assert record["numbers"]["runs whose engines ran apart, left out of the plain A/A"]
+    assert "engines in turn on one GPU" in record["tables"][0]
