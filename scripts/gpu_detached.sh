@@ -38,14 +38,14 @@ start() {
     echo "gpu_detached: $name is running already (pid $(cat "$dir/pid")): watch it" >&2
     exit 3
   fi
-  rm -rf "$dir" && mkdir -p "$dir/out"
-  printf '%q ' "$@" > "$dir/command"
   # The job runs in a copy of this folder: the next call's working tree may replace it.
   local mb; mb=$(du -sm . | cut -f1)
   if [ "$mb" -gt "${PB_DETACHED_MAX_MB:-1024}" ]; then
     echo "gpu_detached: $PWD holds $mb MB, more than PB_DETACHED_MAX_MB (1024) to copy" >&2
     exit 4
   fi
+  rm -rf "$dir" && mkdir -p "$dir/out"  # an earlier job of this name, ended: replaced
+  printf '%q ' "$@" > "$dir/command"
   cp -a "$PWD/." "$dir/tree" || { echo "gpu_detached: could not copy $PWD" >&2; exit 4; }
   # the session leader writes its own pid (setsid may fork, so $! need not be it)
   (cd "$dir/tree" && OUT=$dir/out exec setsid bash -c 'echo $$ > "$0/pid"

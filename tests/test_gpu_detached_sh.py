@@ -117,7 +117,11 @@ def test_bad_calls_are_named(tmp_path, args, code, says):
     assert done.returncode == code and says in done.stderr
 
 
-def test_a_folder_too_large_to_copy_is_refused(tmp_path):
+def test_a_folder_too_large_to_copy_is_refused_and_loses_nothing(tmp_path):
+    earlier = tmp_path / "jobs" / "j" / "out" / "gpu" / "r.json"  # an ended job's record
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
     done = detached(tmp_path, "start", "j", "true", PB_DETACHED_MAX_MB="0")
     assert done.returncode == 4 and "more than PB_DETACHED_MAX_MB" in done.stderr
     assert not (tmp_path / "jobs" / "j" / "tree").exists()
+    assert earlier.read_text() == "{}"
