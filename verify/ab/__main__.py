@@ -48,6 +48,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +58,7 @@ from verify.ab.engines import (
     SAMPLING_KEYS,
     Engine,
     EngineError,
+    atomic_write,
     check_config,
     split_cpus,
     worker_command,
@@ -626,9 +628,7 @@ def run_turn(name: str, cells: list[str], stage: Stage, ctx: dict, cap: int, bud
 def check_turns(stages: list[Stage]) -> None:
     """--in-turn rounds rotate a variant's own cells: each variant of a stage needs two."""
     for stage in stages:
-        count: dict[str, int] = {}
-        for cell in stage.cells:
-            count[cell.split("/", 1)[0]] = count.get(cell.split("/", 1)[0], 0) + 1
+        count = Counter(cell.split("/", 1)[0] for cell in stage.cells)
         alone = sorted(v for v, n in count.items() if n < 2)
         if alone:
             raise SystemExit(
@@ -746,11 +746,8 @@ def write_record(record: dict, stages: list[Stage], pairs, args, started: float)
     record["wall_s"] = round(time.monotonic() - started, 1)
     if "checkpoint" in record:
         record["stopped"] = CHECKPOINT_STOP.format(n=len(record["rounds"]), wall=record["wall_s"])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(out)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(args.out), record, indent=1)
 
 
 def engine(args) -> int:

@@ -368,9 +368,11 @@ def run_config(llm, config: dict, warmup_tokens: int = 0) -> dict:
     return timed_generate(llm, prompts, sampling)
 
 
-def atomic_write(path: Path, data: object) -> None:
+def atomic_write(path: Path, data: object, indent: int | None = None) -> None:
+    """`data` as JSON at `path`, replaced whole (a reader never sees it half-written); with
+    `indent`, indented and ending in a newline."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(json.dumps(data) if indent is None else json.dumps(data, indent=indent) + "\n")
     tmp.replace(path)
 
 

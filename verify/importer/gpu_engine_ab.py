@@ -503,8 +503,9 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     hop = re.search(r"PB_HOP_CPUS_EVERY=(\d+)", run.get("command", ""))
     if hop:  # verify.ab.engines.CpuHopper: each cell spread over all CPUs
         where += f", engine threads hopping CPUs every {hop.group(1)} steps"
-    if engines_apart(run):
-        where += f", {engines_apart(run)}"
+    apart = engines_apart(run)
+    if apart:
+        where += f", {apart}"
     cells = stage_cells(run, stage)
     plain, pen = cells.get(("patched", False, False)), cells.get(("patched", True, False))
     both = [r for r in rounds if not r.warmup and plain in r.values and pen in r.values]
