@@ -169,8 +169,9 @@ def run_bench(
     output_len: int,
     first_rep: int = 0,
 ) -> dict:
-    """`repeats` paired rounds numbered from `first_rep`, after a warm-up of each server when
-    `first_rep` is 0 (later rounds run on servers already warm)."""
+    """`repeats` paired rounds numbered from `first_rep` (each root's values per round, and an
+    example bench command), after a warm-up of each server when `first_rep` is 0 (later rounds
+    run on servers already warm)."""
     for root in ("pristine", "patched") if first_rep == 0 else ():  # first requests are slow
         cmd = bench_cmd(ctx, servers[root], work, f"warmup-{root}.json", 8, input_len, 16, 99)
         with open(work / f"warmup-{root}.log", "w") as fh:
@@ -208,7 +209,6 @@ def run_bench(
     runs = {root: [r.values[root] for r in done] for root in ("pristine", "patched")}
     return {
         "runs": runs,
-        "summary": summarize(runs),
         "bench_command_example": bench_cmd(
             ctx, servers["pristine"], work, "X.json", num_prompts, input_len, output_len, 0
         ),
