@@ -1079,14 +1079,14 @@ def _gpu_per_engine(run: dict) -> dict:
     return run
 
 
-def _in_turn(run: dict) -> dict:
+def _taking_turns(run: dict) -> dict:
     """`run` as PB_ENGINES_IN_TURN=1 records it: the engines took turns on one GPU."""
     run["in_turn"] = True
     return run
 
 
 @pytest.mark.parametrize(
-    "apart, note", [(_gpu_per_engine, "one GPU per engine"), (_in_turn, "engines in turn")]
+    "apart, note", [(_gpu_per_engine, "one GPU per engine"), (_taking_turns, "engines in turn")]
 )
 def test_runs_with_engines_apart_stay_out_of_the_plain_aa(root, apart, note):
     # The patched engine runs 5% slower on everything in both runs: its card's or its hour's
@@ -1147,7 +1147,7 @@ serve_requests(handle, prefix, {"startup_s": 1.5, "kv_cache_tokens": 10**6, "gpu
 """
 
 
-def _in_turn(tmp_path: Path, b_env: str = "", extra: tuple = ()) -> tuple[int, dict]:
+def _run_in_turn(tmp_path: Path, b_env: str = "", extra: tuple = ()) -> tuple[int, dict]:
     from verify.ab.__main__ import main
 
     tmp_path.mkdir(exist_ok=True)
@@ -1175,7 +1175,7 @@ def test_engines_in_turn_run_alone_and_their_rounds_join(tmp_path):
     a turn after the other, and round k holds both turns' k-th rounds, so penalized over plain
     stays within one engine and the variants meet in the comparisons. Without --in-turn the
     same stand-ins see each other (the check can fail)."""
-    rc, record = _in_turn(tmp_path, extra=("--in-turn",))
+    rc, record = _run_in_turn(tmp_path, extra=("--in-turn",))
     assert rc == 0 and record["in_turn"] is True
     assert "stopped" not in record and "checkpoint" not in record  # the last write, not one
     assert [(t["variant"], t["rounds"], t["startup_s"]) for t in record["turns"]] == [
@@ -1191,14 +1191,14 @@ def test_engines_in_turn_run_alone_and_their_rounds_join(tmp_path):
     cost_a, cost_b, across = record["comparisons"]
     assert cost_a["ratio"] == pytest.approx(0.5) and cost_b["ratio"] == pytest.approx(0.5)
     assert across["ratio"] == pytest.approx(1 / 1.25) and across["n"] == 3
-    rc, side_by_side = _in_turn(tmp_path / "x", extra=())
+    rc, side_by_side = _run_in_turn(tmp_path / "x", extra=())
     values = side_by_side["rounds"][0]["values"]
     assert rc == 0 and "in_turn" not in side_by_side
     assert all(v["others_alive"] == 1 for v in values.values())
 
 
 def test_a_turn_that_fails_keeps_every_round_it_and_the_first_turn_finished(tmp_path):
-    rc, record = _in_turn(tmp_path, b_env=",FAIL_AFTER=4", extra=("--in-turn",))
+    rc, record = _run_in_turn(tmp_path, b_env=",FAIL_AFTER=4", extra=("--in-turn",))
     assert rc == 1 and "stand-in failure" in record["stopped"]
     assert [t["rounds"] for t in record["turns"]] == [3, 2]  # b failed in its third round
     assert [len(r["values"]) for r in record["rounds"]] == [4, 4, 2]  # a's third round stays
