@@ -16,8 +16,6 @@ import argparse
 import datetime
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -28,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verify import stats  # noqa: E402
+from verify.results import host_facts  # noqa: E402
 
 VOCAB = 151_936
 PROMPT_LEN = 512
@@ -147,8 +146,9 @@ def main() -> int:
                     "command": "python " + " ".join(sys.argv),
                     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "series_hash": args.series_hash,
-                    "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+                    "machine": host_facts(),
                     "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+                    "torch": torch.__version__,
                     "params": vars(args)
                     | {"a": str(args.a), "b": str(args.b), "out": str(args.out)},
                     "results": rows,

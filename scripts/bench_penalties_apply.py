@@ -25,8 +25,6 @@ import argparse
 import ast
 import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +34,10 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from verify import stats  # noqa: E402
+from verify.results import host_facts  # noqa: E402
+
 VOCAB = 151_936
 
 
@@ -129,7 +131,6 @@ def main() -> int:
 
     series_hash = None
     if not (args.pristine_utils and args.patched_penalties):
-        sys.path.insert(0, str(REPO))
         from verify.equivalence.roots import materialize
         from verify.series import series_hash as _hash
 
@@ -174,14 +175,18 @@ def main() -> int:
                     out["one_pass"].view(torch.int32), out["dense"].view(torch.int32)
                 )
         t_dense, t_sparse = times["dense"], times["sparse"]
-        ratios = [d / s for d, s in zip(t_dense, t_sparse, strict=True)]
+        speedup = stats.paired_ratio(t_sparse, t_dense)  # dense / sparse, paired per step
         row = {
             "L": length,
             "steps": len(t_dense),
             "dense_ms": 1e3 * statistics.median(t_dense),
             "sparse_ms": 1e3 * statistics.median(t_sparse),
-            "ratio_median_of_steps": statistics.median(ratios),
+            "ratio_median_of_steps": statistics.median(
+                d / s for d, s in zip(t_dense, t_sparse, strict=True)
+            ),
             "equal": True,
+            # per-step times (ms): verify.sparse_penalties judges the paired ratios offline
+            **{f"{name}_ms_steps": [1e3 * t for t in ts] for name, ts in times.items()},
         }
         if "one_pass" in times:
             row["one_pass_ms"] = 1e3 * statistics.median(times["one_pass"])
@@ -192,7 +197,7 @@ def main() -> int:
         rows.append(row)
         print(
             f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
-            f"{row['ratio_median_of_steps']:6.1f}x"
+            f"dense/sparse {speedup.text(2)}"
             + (
                 f"  one-pass {row['one_pass_ms']:8.3f} ms"
                 f" {row['dense_over_one_pass_median_of_steps']:5.1f}x"
@@ -211,7 +216,7 @@ def main() -> int:
         "series_hash": series_hash,
         "device": args.device,
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+        "machine": host_facts(),
         "torch": torch.__version__,
         "params": {
             "batch": args.batch,

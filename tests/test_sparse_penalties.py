@@ -30,22 +30,23 @@ def test_chosen_up_to() -> None:
 
 
 def test_slower_beyond_the_switch_passes() -> None:
-    ok, reason = sparse_penalties.verdict(PARAMS, [_row(4096, 3.0), _row(16384, 0.6)])
-    assert ok and reason == ""
+    judged = sparse_penalties.verdict(PARAMS, [_row(4096, 3.0), _row(16384, 0.6)])
+    assert judged.outcome == "pass" and "no interval recorded" in judged.reason
 
 
 def test_slower_where_chosen_fails() -> None:
-    ok, reason = sparse_penalties.verdict(PARAMS, [_row(256, 5.0), _row(8192, 0.9)])
-    assert not ok and "L=[8192]" in reason
+    judged = sparse_penalties.verdict(PARAMS, [_row(256, 5.0), _row(8192, 0.9)])
+    assert judged.outcome == "fail" and "L=[8192]" in judged.reason
 
 
 def test_unequal_results_fail() -> None:
-    ok, reason = sparse_penalties.verdict(PARAMS, [_row(256, 5.0, equal=False)])
-    assert not ok and "differ" in reason
+    judged = sparse_penalties.verdict(PARAMS, [_row(256, 5.0, equal=False)])
+    assert judged.outcome == "fail" and "differ" in judged.reason
 
 
 def test_no_rows_fail() -> None:
-    assert sparse_penalties.verdict(PARAMS, []) == (False, "no lengths measured")
+    judged = sparse_penalties.verdict(PARAMS, [])
+    assert (judged.outcome, judged.reason) == ("fail", "no lengths measured")
 
 
 def test_table_has_one_line_per_length() -> None:
@@ -68,12 +69,13 @@ def test_never_chosen_off_cpu() -> None:
 
 def test_dense_faster_off_cpu_passes() -> None:
     rows = [_row(256, 0.7), _row(4096, 1.04), _row(12288, 0.6)]  # 1.04: within the noise
-    assert sparse_penalties.verdict(CUDA, rows) == (True, "")
+    assert sparse_penalties.verdict(CUDA, rows).outcome == "pass"
 
 
 def test_sparse_clearly_faster_off_cpu_fails() -> None:
-    ok, reason = sparse_penalties.verdict(CUDA, [_row(256, 1.2), _row(12288, 0.6)])
-    assert not ok and "unused on cuda" in reason and "L=[256]" in reason
+    judged = sparse_penalties.verdict(CUDA, [_row(256, 1.2), _row(12288, 0.6)])
+    assert judged.outcome == "fail"
+    assert "unused on cuda" in judged.reason and "L=[256]" in judged.reason
 
 
 GPU = {**PARAMS, "device": "cuda"}
@@ -86,20 +88,74 @@ def _one_pass(row: dict, ratio: float, identical: bool = True) -> dict:
 
 def test_one_pass_faster_and_identical_passes() -> None:
     rows = [_one_pass(_row(256, 0.7), 4.0), _one_pass(_row(12288, 0.9), 3.0)]
-    assert sparse_penalties.verdict(GPU, rows) == (True, "")
+    assert sparse_penalties.verdict(GPU, rows).outcome == "pass"
 
 
 def test_one_pass_bits_differ_fails() -> None:
     rows = [_one_pass(_row(256, 0.7), 4.0), _one_pass(_row(4096, 0.7), 4.0, identical=False)]
-    ok, reason = sparse_penalties.verdict(GPU, rows)
-    assert not ok and "bits differ" in reason and "L=[4096]" in reason
+    judged = sparse_penalties.verdict(GPU, rows)
+    assert judged.outcome == "fail"
+    assert "bits differ" in judged.reason and "L=[4096]" in judged.reason
 
 
 def test_one_pass_slower_fails() -> None:
-    ok, reason = sparse_penalties.verdict(GPU, [_one_pass(_row(4096, 0.7), 0.95)])
-    assert not ok and "slower than the dense path" in reason
+    judged = sparse_penalties.verdict(GPU, [_one_pass(_row(4096, 0.7), 0.95)])
+    assert judged.outcome == "fail" and "slower than the dense path" in judged.reason
 
 
 def test_table_has_one_pass_columns() -> None:
     text = sparse_penalties.table([_one_pass(_row(256, 0.7), 4.0), _row(512, 0.7)])
-    assert "one-pass ms" in text and "4.00x" in text and "| - | - | - |" in text
+    assert "one-pass ms" in text and "4.00x (median)" in text and "| - | - | - |" in text
+
+
+# Runs that kept per-step times: judged on the paired ratio's 95% interval (verify.stats).
+
+
+def _timed(length: int, speedup: float, spread: float = 0.02, steps: int = 12) -> dict:
+    """A row with per-step times whose dense / sparse ratio is `speedup`, +-`spread` per step."""
+    dense = [10.0 * (1 + 0.1 * (i % 3)) for i in range(steps)]
+    sparse = [d / (speedup * (1 + spread * (-1) ** i)) for i, d in enumerate(dense)]
+    return {**_row(length, speedup), "dense_ms_steps": dense, "sparse_ms_steps": sparse}
+
+
+def test_interval_faster_where_chosen_passes_with_its_interval() -> None:
+    judged = sparse_penalties.verdict(PARAMS, [_timed(256, 20.0), _timed(8192, 2.0)])
+    assert judged.outcome == "pass"
+    assert re.search(r"dense / sparse 2\.00 \[1\.9\d, 2\.0\d\], n=12 at L=8192", judged.reason)
+    assert "no interval" not in judged.reason
+
+
+def test_interval_slower_where_chosen_fails() -> None:
+    judged = sparse_penalties.verdict(PARAMS, [_timed(256, 20.0), _timed(8192, 0.8)])
+    assert judged.outcome == "fail" and "L=[8192]" in judged.reason
+
+
+def test_interval_that_reaches_one_where_chosen_is_unresolved() -> None:
+    judged = sparse_penalties.verdict(PARAMS, [_timed(256, 20.0), _timed(4096, 1.01, 0.2)])
+    assert judged.outcome == "no difference resolved" and "L=[4096]" in judged.reason
+
+
+def test_interval_beyond_the_switch_is_not_judged_on_cpu() -> None:
+    judged = sparse_penalties.verdict(PARAMS, [_timed(4096, 3.0), _timed(16384, 0.6)])
+    assert judged.outcome == "pass"
+
+
+def test_interval_unused_gain_off_cpu_fails_and_an_open_one_is_unresolved() -> None:
+    assert sparse_penalties.verdict(CUDA, [_timed(256, 1.5)]).outcome == "fail"
+    assert sparse_penalties.verdict(CUDA, [_timed(256, 0.7)]).outcome == "pass"
+    open_ = sparse_penalties.verdict(CUDA, [_timed(256, 1.08, 0.2)])
+    assert open_.outcome == "no difference resolved"
+
+
+def test_interval_one_pass_slower_fails() -> None:
+    row = _timed(4096, 0.7)
+    row |= {"one_pass_ms_steps": [d / 0.8 for d in row["dense_ms_steps"]],
+            "one_pass_bit_identical": True}  # fmt: skip
+    judged = sparse_penalties.verdict(CUDA, [row])
+    assert judged.outcome == "fail" and "slower than the dense path" in judged.reason
+
+
+def test_numbers_and_table_carry_the_intervals() -> None:
+    rows = [_timed(256, 20.0)]
+    assert sparse_penalties.numbers(PARAMS, rows)["dense_over_sparse"]["256"]["n"] == 12
+    assert re.search(r"\| 20\.00x \[\d+\.\d\d, \d+\.\d\d\] \|", sparse_penalties.table(rows))

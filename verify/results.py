@@ -53,6 +53,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def host_facts() -> dict[str, Any]:
+    """Python, CPU model, CPU count and platform of the machine running this (read here)."""
+    return {
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
 def make(
     step: str,
     seed: str,

@@ -31,7 +31,10 @@ def cpu_root(version: str) -> Path:
 def provenance(data: dict) -> dict:
     machine, versions = data.get("machine", {}), data.get("versions", {})
     return {
-        "python": versions.get("python") or data.get("python") or results.UNKNOWN,
+        "python": versions.get("python")
+        or data.get("python")
+        or machine.get("python")
+        or results.UNKNOWN,
         "cpu": machine.get("cpu_model") or machine.get("cpu") or results.UNKNOWN,
         "cpu_count": machine.get("cpu_count", results.UNKNOWN),
         "gpu": data.get("gpu"),
@@ -74,17 +77,6 @@ def build_effect(rows: list) -> str:
     )
 
 
-def apply_effect(rows: list) -> str:
-    """verify.sparse_penalties rows: dense / sparse (and dense / one-pass) median step time."""
-    parts = [
-        f"dense / one-pass {r['dense_over_one_pass_median_of_steps']:.2f}x at L={r['L']}"
-        for r in rows
-        if "dense_over_one_pass_median_of_steps" in r
-    ]
-    parts += [f"dense / sparse {r['ratio_median_of_steps']:.2f}x at L={r['L']}" for r in rows]
-    return "; ".join(parts) + " (medians of interleaved steps; no interval recorded)"
-
-
 def _growth_table(rows: list) -> str:
     lines = [
         "| L | penalties pristine ms | patched ms | ratio "
@@ -115,7 +107,7 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-apply",
             root / "bench_penalties_apply.json",
-            lambda p, rows: _bool_verdict(sparse_penalties.verdict(p, rows), apply_effect(rows)),
+            sparse_penalties.verdict,
             sparse_penalties.numbers,
             sparse_penalties.table,
         ),

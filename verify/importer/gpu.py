@@ -17,7 +17,7 @@ from pathlib import Path
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
 from verify.ab import rounds as ab_rounds
 from verify.errors import PatchbenchError
-from verify.importer.cpu import apply_effect, build_effect
+from verify.importer.cpu import build_effect
 from verify.series import read_series
 from verify.verdicts import (
     FAIL,
@@ -435,8 +435,7 @@ def micro_003_apply(version: str) -> dict | None:
         return None
     bench, src = loaded
     p, rows = {**bench["params"], "device": bench["device"]}, bench["results"]
-    ok, reason = sparse_penalties.verdict(p, rows)
-    reason = reason or apply_effect(rows)
+    judged = sparse_penalties.verdict(p, rows)
     numbers = sparse_penalties.numbers(p, rows)
     table = sparse_penalties.table(rows)
     # The same sparse function, timed in an earlier device call of series 232dc57cb5 (before
@@ -447,7 +446,7 @@ def micro_003_apply(version: str) -> dict | None:
         table += "\n\nEarlier run (series 232dc57cb5, same sparse function):\n\n"
         table += sparse_penalties.table(numbers["earlier_run_232dc57cb5"])
     return _record(
-        src, "microbench-gpu-003-apply", "003", "pass" if ok else "fail", numbers, reason, [table]
+        src, "microbench-gpu-003-apply", "003", judged.outcome, numbers, judged.reason, [table]
     )
 
 
