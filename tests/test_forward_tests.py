@@ -50,3 +50,14 @@ def test_specs_name_patches_of_their_pins():
         subjects = {p.subject for p in read_series(version)}
         for spec in specs:
             assert spec.subject in subjects, (version, spec.subject)
+
+
+def test_an_interpreter_without_pytest_is_named_with_its_error(tmp_path):
+    root = tmp_path / "root"
+    (root / "tests").mkdir(parents=True)
+    (root / "vllm").mkdir()
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'No module named pytest' >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(PatchbenchError, match="have pytest, torch and triton.*No module named"):
+        ft._run_side(root, SPEC, "def test_x(): pass\n", str(python), "patched")

@@ -181,7 +181,11 @@ def _run_side(root: Path, spec: ForwardSpec, text: str, python: str, label: str)
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)  # fmt: skip
         if not junit.exists():
-            raise PatchbenchError(f"pytest wrote no report ({label}): {proc.stdout[-2000:]}")
+            said = (proc.stdout + proc.stderr)[-2000:]
+            raise PatchbenchError(
+                f"pytest wrote no report ({label}; does {python} have pytest, torch and "
+                f"triton? `nox -s equivalence-<pin>` makes such an interpreter): {said}"
+            )
         outcomes = parse_junit(junit, [spec.test_file])
         return outcomes, _skip_reasons(junit, [spec.test_file]), proc.returncode, proc.stdout
 
