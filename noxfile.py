@@ -128,10 +128,12 @@ def _relaxed_requirements(session: nox.Session, version: str) -> Path:
 
 
 def _torch_pin_file(session: nox.Session) -> Path:
-    """A constraints file that keeps the torch installed by `_cpu_torch`."""
-    out = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    """A constraints file that keeps the torch installed by `_cpu_torch` (read in the install
+    step, so `--install-only` makes it too; installs skipped by `--no-install` need none)."""
     path = Path(session.virtualenv.location) / "torch-constraint.txt"
-    path.write_text(f"torch=={out.strip().splitlines()[-1]}\n")
+    out = session.run_install("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    if isinstance(out, str):
+        path.write_text(f"torch=={out.strip().splitlines()[-1]}\n")
     return path
 
 
