@@ -61,3 +61,13 @@ def test_an_interpreter_without_pytest_is_named_with_its_error(tmp_path):
     python.chmod(0o755)
     with pytest.raises(PatchbenchError, match="have pytest, torch and triton.*No module named"):
         ft._run_side(root, SPEC, "def test_x(): pass\n", str(python), "patched")
+
+
+def test_a_relative_interpreter_path_is_made_absolute(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(ft, "SPECS", {"0.22.0": [SPEC]})
+    monkeypatch.setattr(ft, "run_spec", lambda v, s, python, f: seen.append(python) or 1 / 0)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ZeroDivisionError):
+        ft.main(["0.22.0", "--python", "venv/bin/python"])
+    assert seen == [str(tmp_path / "venv/bin/python")]

@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("version")
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch/triton")
     args = parser.parse_args(argv)
+    if os.sep in args.python:  # pytest runs in a temporary folder: a relative path must hold
+        args.python = str(Path(args.python).absolute())
     version = require_pinned(args.version)
     specs = SPECS.get(version, [])
     if not specs:
