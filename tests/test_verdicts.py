@@ -196,6 +196,26 @@ def test_serve_bench_passes_a_resolved_non_regression_only() -> None:
     assert serve_bench.judge(_serve(1, 1), noisy).outcome == UNRESOLVED
 
 
+def test_serve_bench_leaves_out_a_round_that_measured_nothing_and_says_so() -> None:
+    burst = {**_serve(1, 1), "p99_itl_ms": [*_scaled(1)[:5], 0.003]}  # the stream in one burst
+    v = serve_bench.judge(_serve(1, 1), burst)
+    assert v.outcome == PASS and "1 of 6 rounds measured nothing" in v.reason
+    assert v.numbers["p99_itl_ms"]["rounds_left_out"] == [5]
+
+
+def test_serve_bench_still_fails_a_regression_beside_a_round_that_measured_nothing() -> None:
+    slow = _serve(1, 3.9)
+    slow["p99_itl_ms"][0] = 0.003
+    v = serve_bench.judge(_serve(1, 1), slow)
+    assert v.outcome == FAIL and "p99_itl_ms" in v.reason
+
+
+def test_serve_bench_does_not_judge_a_metric_that_measured_nothing() -> None:
+    bursts = {**_serve(1, 1), "p99_itl_ms": [0.003, 0.002, 0.003, 0.004, 0.003, 90.0]}
+    v = serve_bench.judge(_serve(1, 1), bursts)
+    assert v.outcome == UNRESOLVED and "p99_itl_ms not judged: 5 of 6 rounds" in v.reason
+
+
 # growth ------------------------------------------------------------------------------------
 def _growth_rows(pristine: list[float], patched: list[float]) -> list[dict]:
     return [

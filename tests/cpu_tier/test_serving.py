@@ -115,11 +115,17 @@ def test_parse_bench_and_ratio_ci(tmp_path):
         ci["ratio"] == pytest.approx((1.1 * 0.9) ** (1 / 3)) and ci["ci95"][0] < 1 < ci["ci95"][1]
     )
     assert serving.ratio_ci([100], [105])["ci95"] == [None, None]
-    # A round that measured ~0 (bursty ITL) gives no ratio instead of a 500x one.
+    # A round that measured ~0 (bursty ITL) is left out with its pair instead of giving a 500x
+    # ratio; with no pair left there is no ratio.
     odd = serving.ratio_ci([4.26, 4.39, 0.0024], [3.9, 4.1, 3.7])
-    assert odd["ratio"] is None and "0.0024" in odd["degenerate"]
+    assert odd["rounds_left_out"] == [2] and odd["n"] == 2
+    assert odd["ratio"] == pytest.approx(((3.9 / 4.26) * (4.1 / 4.39)) ** 0.5)
     row = serving.table({"median_itl_ms": {"pristine_mean": 2.9, "patched_mean": 3.9, **odd}})
-    assert "n/a (a round measured ~0)" in row
+    assert "(1 pair(s) left out: a round measured ~0)" in row
+    none = serving.ratio_ci([0.0024, 0.003], [3.9, 4.1])
+    assert none["ratio"] is None and "0.0024" in none["degenerate"]
+    row = serving.table({"median_itl_ms": {"pristine_mean": 0.0, "patched_mean": 4.0, **none}})
+    assert "n/a (every pair measured ~0)" in row
 
 
 def _rounds(*throughputs: float) -> list[dict]:

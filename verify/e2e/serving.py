@@ -138,25 +138,21 @@ def parse_bench(path: Path) -> dict[str, float]:
     return out
 
 
-#: A round whose value is below this fraction of the metric's largest round measured nothing
-#: (e.g. a median ITL of 0.002 ms when stream chunks arrive in bursts on the CPU server).
-DEGENERATE_FRACTION = 0.01
-
-
 def ratio_ci(a: list[float], b: list[float]) -> dict:
     """Paired ratio b/a of interleaved repeats (verify.stats: geometric mean, log-scale 95%
-    interval, minimum detectable effect). No ratio when a round is degenerate (see
-    DEGENERATE_FRACTION): one ~0 denominator would dominate it."""
-    values = [*a, *b]
-    if values and min(values) < DEGENERATE_FRACTION * max(values):
+    interval, minimum detectable effect) over the rounds that measured something (the
+    verdict's rule: `serve_bench_rule.measured_pairs`); no ratio when none did."""
+    a_kept, b_kept, left = serve_bench_rule.measured_pairs(a, b)
+    if not a_kept:
         return {
             "ratio": None,
             "ci95": [None, None],
             "n": len(a),
-            "degenerate": f"a round measured {min(values):.3g} against up to {max(values):.3g}",
+            "degenerate": f"a round measured {min([*a, *b]):.3g} against up to {max([*a, *b]):.3g}",
         }
-    r = stats.paired_ratio(a, b)
-    return {"ratio": r.ratio, "ci95": [r.low, r.high], "n": r.n, "mde": r.mde}
+    r = stats.paired_ratio(a_kept, b_kept)
+    out = {"ratio": r.ratio, "ci95": [r.low, r.high], "n": r.n, "mde": r.mde}
+    return {**out, "rounds_left_out": left} if left else out
 
 
 def run_bench(
@@ -266,7 +262,9 @@ def table(summary: dict) -> str:
     for m, s in summary.items():
         lo, hi = s["ci95"]
         ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else "n/a"
-        ratio = f"{s['ratio']:.3f}" if s["ratio"] is not None else "n/a (a round measured ~0)"
+        ratio = f"{s['ratio']:.3f}" if s["ratio"] is not None else "n/a (every pair measured ~0)"
+        if s.get("rounds_left_out"):
+            ratio += f" ({len(s['rounds_left_out'])} pair(s) left out: a round measured ~0)"
         rows.append(
             f"| {m} | {s['pristine_mean']:.2f} | {s['patched_mean']:.2f} | {ratio} | {ci} |"
         )
