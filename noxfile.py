@@ -83,13 +83,27 @@ def equivalence(session: nox.Session, version: str) -> None:
     _equivalence(session, version, session.posargs)
 
 
-def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()) -> None:
-    """Install the equivalence dependencies into the session and run tests/equivalence."""
+def _equivalence_env(session: nox.Session, version: str) -> None:
+    """Install torch, triton, pytest and the pin's requirements into the session."""
     requirements = _relaxed_requirements(session, version)
     session.install(_cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
     session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
     session.install("--no-deps", "-e", ".")
     session.env["PATCHBENCH_PIN"] = version
+
+
+@_per_version("forward", "heavy, ~5 min (the equivalence environment): the tests of the release "
+              "that merged a backported change, on the patched pin and pristine",
+              tags=HEAVY)  # fmt: skip
+def forward(session: nox.Session, version: str) -> None:
+    _tool(session, "apply", version)
+    _equivalence_env(session, version)
+    session.run("python", "-m", "verify.forward_tests", version)
+
+
+def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()) -> None:
+    """Install the equivalence dependencies into the session and run tests/equivalence."""
+    _equivalence_env(session, version)
     junit = paths.build_root() / f"junit-equivalence-{version}.xml"
     # exit 5 = no test covers this pin yet; exit 1 = failures, recorded below, then fatal
     session.run(
