@@ -34,10 +34,16 @@ def chosen_up_to(params: dict) -> int:
     return params["vocab_size"] // SPARSE_MIN_RATIO - params["prompt_len"]
 
 
-def speedups(rows: list[dict], variant: str) -> dict[int, stats.Ratio]:
-    """{L: dense / `variant` step time, paired per step} of the rows that kept per-step times."""
+def speedup(row: dict, variant: str) -> stats.Ratio | None:
+    """Dense / `variant` step time of one row, paired per step (None: no per-step times)."""
     key = f"{variant}_ms_steps"
-    return {r["L"]: stats.paired_ratio(r[key], r["dense_ms_steps"]) for r in rows if key in r}
+    return stats.paired_ratio(row[key], row["dense_ms_steps"]) if key in row else None
+
+
+def speedups(rows: list[dict], variant: str) -> dict[int, stats.Ratio]:
+    """{L: `speedup`} of the rows that kept per-step times."""
+    found = {r["L"]: speedup(r, variant) for r in rows}
+    return {L: r for L, r in found.items() if r is not None}
 
 
 def verdict(params: dict, rows: list[dict]) -> Verdict:
@@ -60,8 +66,11 @@ def _interval_verdict(params: dict, rows: list[dict]) -> Verdict:
     sparse, one_pass = speedups(rows, "sparse"), speedups(rows, "one_pass")
     state = {L: stats.classify(r, THRESHOLD, lower_is_better=False) for L, r in sparse.items()}
     effect = interval_effect(sparse, one_pass)
-    ahead = {L: stats.classify(r, THRESHOLD, lower_is_better=False) for L, r in one_pass.items()}
-    behind = [L for L, s in ahead.items() if s == stats.SLOWER]
+    behind = [
+        L
+        for L, r in one_pass.items()
+        if stats.classify(r, THRESHOLD, lower_is_better=False) == stats.SLOWER
+    ]
     if behind:
         return Verdict(FAIL, f"the one-pass path is slower than the dense path at L={behind}")
     slower = [L for L, s in state.items() if L <= limit and s == stats.SLOWER]
@@ -134,10 +143,10 @@ def numbers(params: dict, rows: list[dict]) -> dict:
 
 def _ratio_cell(row: dict, variant: str, median_key: str) -> str:
     """`24.37x [23.90, 24.85]` from the row's per-step times, else its median ratio."""
-    if f"{variant}_ms_steps" in row:
-        r = stats.paired_ratio(row[f"{variant}_ms_steps"], row["dense_ms_steps"])
-        return f"{r.ratio:.2f}x [{r.low:.2f}, {r.high:.2f}]" if r.low else f"{r.ratio:.2f}x"
-    return f"{row[median_key]:.2f}x (median)"
+    r = speedup(row, variant)
+    if r is None:
+        return f"{row[median_key]:.2f}x (median)"
+    return f"{r.ratio:.2f}x [{r.low:.2f}, {r.high:.2f}]" if r.low is not None else f"{r.ratio:.2f}x"
 
 
 def table(rows: list[dict]) -> str:
