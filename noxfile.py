@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -31,6 +32,25 @@ def _cpu_torch() -> str:
         if glob.glob(os.path.join(folder, "torch-*+cpu-*.whl")):
             return "torch==2.13.0+cpu"
     return "torch"
+
+
+#: Whole-install attempts, and pip's own resumes of a broken download within one attempt. A CI
+#: run once lost the 286 MB triton wheel at 136 MB: pip's 5 resumes got no further byte.
+INSTALL_ATTEMPTS = 3
+PIP_RESUME_RETRIES = "20"
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    """`session.install`, tried again after a pause when pip fails (a download that broke off)."""
+    for attempt in range(1, INSTALL_ATTEMPTS + 1):
+        try:
+            session.install(*args, env={"PIP_RESUME_RETRIES": PIP_RESUME_RETRIES})
+            return
+        except nox.command.CommandFailed:
+            if attempt == INSTALL_ATTEMPTS:
+                raise
+            session.warn(f"pip install failed (attempt {attempt} of {INSTALL_ATTEMPTS}); again")
+            time.sleep(30 * attempt)
 
 
 def _tool(session: nox.Session, *args: str) -> None:
@@ -86,8 +106,8 @@ def equivalence(session: nox.Session, version: str) -> None:
 def _equivalence_env(session: nox.Session, version: str) -> None:
     """Install torch, triton, pytest and the pin's requirements into the session."""
     requirements = _relaxed_requirements(session, version)
-    session.install(_cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
-    session.install("-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
+    _install(session, _cpu_torch(), "triton", "numpy", "hypothesis", "pytest", "gitpython")
+    _install(session, "-r", str(requirements), "--constraint", str(_torch_pin_file(session)))
     session.install("--no-deps", "-e", ".")
     session.env["PATCHBENCH_PIN"] = version
 

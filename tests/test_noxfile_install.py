@@ -1,0 +1,65 @@
+"""The nox install helper tries pip again after a failed download, and gives up in the end."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import nox
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def loaded_noxfile():
+    """The noxfile, loaded once (a second load registers every session again)."""
+    spec = importlib.util.spec_from_file_location("patchbench_noxfile", ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FlakySession:
+    """A session whose pip install fails `failures` times, then succeeds."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls: list[tuple[tuple[str, ...], dict]] = []
+        self.warnings: list[str] = []
+
+    def install(self, *args: str, **kwargs) -> None:
+        self.calls.append((args, kwargs))
+        if len(self.calls) <= self.failures:
+            raise nox.command.CommandFailed("Returned code 1")
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+@pytest.fixture
+def noxfile(loaded_noxfile, monkeypatch):
+    monkeypatch.setattr(loaded_noxfile.time, "sleep", lambda seconds: None)
+    return loaded_noxfile
+
+
+def test_install_tries_again_after_a_broken_download(noxfile):
+    session = FlakySession(failures=noxfile.INSTALL_ATTEMPTS - 1)
+    noxfile._install(session, "triton")
+    assert len(session.calls) == noxfile.INSTALL_ATTEMPTS
+    assert all(args == ("triton",) for args, _ in session.calls)
+    assert session.calls[0][1]["env"]["PIP_RESUME_RETRIES"] == noxfile.PIP_RESUME_RETRIES
+    assert len(session.warnings) == noxfile.INSTALL_ATTEMPTS - 1
+
+
+def test_install_fails_when_every_attempt_fails(noxfile):
+    session = FlakySession(failures=noxfile.INSTALL_ATTEMPTS)
+    with pytest.raises(nox.command.CommandFailed):
+        noxfile._install(session, "triton")
+    assert len(session.calls) == noxfile.INSTALL_ATTEMPTS
+
+
+def test_install_runs_pip_once_when_it_succeeds(noxfile):
+    session = FlakySession(failures=0)
+    noxfile._install(session, "triton")
+    assert len(session.calls) == 1 and not session.warnings
