@@ -66,6 +66,7 @@ from verify.gpu.device import (  # noqa: E402  (the device edge: paths, models, 
     grit_prompts,
     site_of,
 )
+from verify.results import cpu_model  # noqa: E402
 
 
 def compile_env(env: dict[str, str], step: str) -> dict[str, str]:
@@ -734,14 +735,6 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         say(f"micro {name}: rc {rc} in {time.perf_counter() - t0:.0f} s")
     data["summary"] = {k: v["returncode"] for k, v in data["jobs"].items()}
     return data
-
-
-def cpu_model() -> str:
-    """This machine's CPU model, read here (the record must not borrow the importer's)."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown (not recorded by the run)"
 
 
 def overlay_patch_hashes(overlay: Path) -> dict[str, str]:

@@ -76,3 +76,36 @@ def test_tree_stamp_names_a_tree_that_is_not_the_series(make_tree, workspace) ->
     commit_change(tree, "vllm/sampler.py", "x - 1\n", "x - 2\n", "[Perf] Unexported")
     assert results.tree_stamp("9.9.0", build, patches) == f"differs from {current}"
     assert results.tree_stamp("1.2.3", build, patches) is None
+
+
+def _cpuinfo(monkeypatch, text: str | None) -> None:
+    """/proc/cpuinfo as `text`, or unreadable when None."""
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if str(self) != "/proc/cpuinfo":
+            return real(self, *args, **kwargs)
+        if text is None:
+            raise OSError("no /proc here")
+        return text
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+
+
+def test_cpu_model_is_read_from_cpuinfo(monkeypatch) -> None:
+    _cpuinfo(monkeypatch, "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t: x\n")
+    assert results.cpu_model() == "Test CPU 9000"
+
+
+def test_cpu_model_falls_back_to_platform_never_empty(monkeypatch) -> None:
+    _cpuinfo(monkeypatch, None)
+    monkeypatch.setattr(results.platform, "processor", lambda: "")
+    monkeypatch.setattr(results.platform, "machine", lambda: "aarch64")
+    assert results.cpu_model() == "aarch64"
+
+
+def test_the_ab_driver_records_the_same_cpu_model(monkeypatch) -> None:
+    from verify.ab.__main__ import host_provenance
+
+    _cpuinfo(monkeypatch, "model name\t: Test CPU 9000\n")
+    assert host_provenance()["cpu"] == "Test CPU 9000" == results.cpu_model()

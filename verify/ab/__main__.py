@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from verify import results
 from verify.ab import rounds as ab_rounds
 from verify.ab.engines import (
     SAMPLING_KEYS,
@@ -183,13 +184,7 @@ def read_count(path: Path) -> tuple[int, float]:
 
 def host_provenance() -> dict:
     """Python and CPU of the machine running the A/B driver (read here, not assumed)."""
-    out: dict = {"python": platform.python_version(), "cpu": platform.processor(), "gpu": None}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                out["cpu"] = line.split(":", 1)[1].strip()
-                break
-    return out
+    return {"python": platform.python_version(), "cpu": results.cpu_model(), "gpu": None}
 
 
 def provenance() -> dict:
