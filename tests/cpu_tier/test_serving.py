@@ -192,3 +192,46 @@ def test_serve_bench_confirms_on_the_same_servers_and_records_it(monkeypatch, tm
     assert [(r, f) for r, f, _ in calls] == [(2, 0), (4, 2)] and calls[1][2] is servers
     assert written["numbers"]["repeats"] == 6 and "over all 6" in written["numbers"]["confirmation"]
     assert "more rounds on the same servers" in written["reason"]
+
+
+class _EngineCounters:
+    """A server's /metrics ITL counters: each round it serves adds 100 tokens of `itl_s`."""
+
+    def __init__(self, itl_s: float):
+        self.itl_s, self.calls = itl_s, 0
+
+    def scrape(self) -> dict[str, float]:
+        rounds = (self.calls + 1) // 2  # scraped before and after each round
+        self.calls += 1
+        return {
+            "vllm:inter_token_latency_seconds_sum": self.itl_s * 100 * rounds,
+            "vllm:inter_token_latency_seconds_count": 100.0 * rounds,
+        }
+
+
+def test_run_bench_records_the_engines_own_itl_per_round(monkeypatch, tmp_path):
+    """Each round reads the engine's /metrics before and after it; the summary gives the
+    paired ratio of the engine's mean ITL beside the client's metrics."""
+    counters = {"http://p": _EngineCounters(0.002), "http://q": _EngineCounters(0.003)}
+    monkeypatch.setattr(serving.vllm_bench, "scrape", lambda url: counters[url].scrape())
+    monkeypatch.setattr(serving, "bench_cmd", lambda *args: ["vllm", "bench", "serve"])
+    monkeypatch.setattr(serving.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    monkeypatch.setattr(serving, "parse_bench", lambda path: _rounds(5000)[0])
+    ctx = SimpleNamespace(runtime=SimpleNamespace(env=lambda root: {}))
+    servers = {
+        "pristine": SimpleNamespace(url="http://p"),
+        "patched": SimpleNamespace(url="http://q"),
+    }
+    runs = serving.run_bench(ctx, servers, tmp_path, 3, 8, 16, 16)["runs"]
+    assert [r["server_mean_itl_ms"] for r in runs["pristine"]] == pytest.approx([2.0] * 3)
+    summary = serving.summarize(runs)
+    assert summary["server_mean_itl_ms"]["ratio"] == pytest.approx(1.5)
+    assert "| server_mean_itl_ms | 2.00 | 3.00 | 1.500 |" in serving.table(summary)
+
+
+def test_summary_leaves_out_an_engine_metric_some_round_lacks():
+    """A server without /metrics gives no engine ITL; the summary then has no such row."""
+    runs = {"pristine": _rounds(5000, 5100), "patched": _rounds(5050, 5020)}
+    runs["pristine"][0]["server_mean_itl_ms"] = 2.0
+    assert "server_mean_itl_ms" not in serving.summarize(runs)
+    assert "output_throughput" in serving.summarize(runs)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from verify import stats
 from verify.ab import rounds as ab_rounds
+from verify.ab import vllm_bench
 from verify.ab.servers import Server, ServerError, free_port, require_port_free  # noqa: F401
 from verify.e2e.common import Context, log_tail, say, workdir, write_result
 from verify.errors import PatchbenchError
@@ -34,6 +35,9 @@ METRICS = [
     "median_itl_ms",
     "p99_itl_ms",
 ]
+#: The engine's own view of a round, from its /metrics before and after (no client in it): on
+#: 2 cores the benchmark client and the API server read the stream late, the engine does not.
+SERVER_METRICS = ["server_mean_itl_ms"]
 
 
 def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
@@ -184,6 +188,7 @@ def run_bench(
         name = f"bench-{root}-{rep}.json"
         cmd = bench_cmd(ctx, servers[root], work, name, num_prompts, input_len, output_len, rep)
         log = work / f"bench-{root}-{rep}.log"
+        before = vllm_bench.scrape(servers[root].url)
         with open(log, "w") as fh:
             proc = subprocess.run(
                 cmd,
@@ -197,6 +202,8 @@ def run_bench(
                 f"vllm bench serve failed ({root}, repeat {rep}); log tail:\n{log_tail(log)}"
             )
         result = parse_bench(work / name)
+        engine = vllm_bench.server_side(before, vllm_bench.scrape(servers[root].url))
+        result.update({m: engine[m] for m in SERVER_METRICS if m in engine})
         say(f"bench {root} #{rep}: {result['output_throughput']:.1f} output tok/s")
         return result
 
@@ -212,9 +219,11 @@ def run_bench(
 
 
 def summarize(runs: dict[str, list[dict]]) -> dict:
-    """Per metric: each root's mean and the paired ratio patched/pristine (`ratio_ci`)."""
+    """Per metric: each root's mean and the paired ratio patched/pristine (`ratio_ci`); an
+    engine metric only where every round has it (a server without /metrics has none)."""
+    rounds = [*runs["pristine"], *runs["patched"]]
     summary = {}
-    for m in METRICS:
+    for m in [*METRICS, *(m for m in SERVER_METRICS if all(m in r for r in rounds))]:
         a = [r[m] for r in runs["pristine"]]
         b = [r[m] for r in runs["patched"]]
         summary[m] = {
