@@ -270,3 +270,45 @@ def test_run_bench_reads_the_server_when_the_timed_run_starts(monkeypatch):
     values = vllm_bench.run_bench(args, seed=3, at_start=at_start)
     assert values["server_steps"] == 12 and values["request_throughput"] == 900.0
     assert seen == [0.0, 30.0]  # before the run (a fallback), then at the timed run's start
+
+
+METRICS_TEXT = """# HELP vllm:inter_token_latency_seconds Histogram of inter-token latency.
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="tiny"} 90.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 100.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="tiny"} 100.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="tiny"} 0.25
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 101.0
+"""
+
+
+def test_scrape_reads_the_engines_itl_from_prometheus_text():
+    """/metrics as vLLM serves it, parsed by prometheus_client: a round's mean ITL follows."""
+    import http.server
+    import threading
+
+    from verify.ab.vllm_bench import scrape, server_side
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server name)
+            body = METRICS_TEXT.encode() if self.path == "/metrics" else b""
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        after = scrape(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert after["vllm:generation_tokens_total"] == 101.0
+    got = server_side({}, after)
+    assert got["server_mean_itl_ms"] == pytest.approx(2.5)
+    assert got["server_generated_tokens"] == 101.0
+    assert scrape("http://127.0.0.1:9") == {}  # nothing listens: no metrics, no error
