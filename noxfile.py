@@ -19,6 +19,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 from verify import paths  # noqa: E402
 from verify.progress import Steps  # noqa: E402
+from verify.runtime import PIP_ATTEMPTS, PIP_RESUME_RETRIES  # noqa: E402
 from verify.versions import PINNED  # noqa: E402
 
 nox.options.reuse_existing_virtualenvs = True
@@ -34,10 +35,9 @@ def _cpu_torch() -> str:
     return "torch"
 
 
-#: Whole-install attempts, and pip's own resumes of a broken download within one attempt. A CI
-#: run once lost the 286 MB triton wheel at 136 MB: pip's 5 resumes got no further byte.
-INSTALL_ATTEMPTS = 3
-PIP_RESUME_RETRIES = "20"
+#: Whole-install attempts (pip's own resumes: verify.runtime.PIP_RESUME_RETRIES). A CI run once
+#: lost the 286 MB triton wheel at 136 MB: pip's default 5 resumes got no further byte.
+INSTALL_ATTEMPTS = PIP_ATTEMPTS
 
 
 def _install(session: nox.Session, *args: str) -> None:

