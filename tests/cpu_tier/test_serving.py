@@ -235,3 +235,10 @@ def test_summary_leaves_out_an_engine_metric_some_round_lacks():
     runs["pristine"][0]["server_mean_itl_ms"] = 2.0
     assert "server_mean_itl_ms" not in serving.summarize(runs)
     assert "output_throughput" in serving.summarize(runs)
+
+
+def test_servers_keep_their_stats_for_the_engine_itl():
+    """--disable-log-stats empties /metrics, and with it the engine ITL of every round."""
+    ctx = SimpleNamespace(runtime=SimpleNamespace(vllm_cmd=lambda *args: list(args)), model="m")
+    cmd = serving.serve_cmd(ctx, 8000)
+    assert cmd[0] == "serve" and "--disable-log-stats" not in cmd

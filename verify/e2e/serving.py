@@ -59,7 +59,8 @@ def serve_cmd(ctx: Context, port: int, max_model_len: int = 4096) -> list[str]:
         # caching a later run reuses an earlier run's blocks and prefills only the tail, a
         # different computation. The A/B prompts share no prefixes, so throughput is unaffected.
         "--no-enable-prefix-caching",
-        "--disable-log-stats",
+        # Stats stay on: the serving rounds read the engine's ITL from /metrics, which
+        # --disable-log-stats leaves empty.
         "--uvicorn-log-level",
         "warning",
     )
