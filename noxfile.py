@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import os
 import sys
-import time
 from pathlib import Path
 
 import nox
@@ -19,7 +18,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 from verify import paths  # noqa: E402
 from verify.progress import Steps  # noqa: E402
-from verify.runtime import PIP_ATTEMPTS, PIP_RESUME_RETRIES  # noqa: E402
+from verify.runtime import PIP_RESUME_RETRIES, with_retries  # noqa: E402
 from verify.versions import PINNED  # noqa: E402
 
 nox.options.reuse_existing_virtualenvs = True
@@ -35,22 +34,11 @@ def _cpu_torch() -> str:
     return "torch"
 
 
-#: Whole-install attempts (pip's own resumes: verify.runtime.PIP_RESUME_RETRIES). A CI run once
-#: lost the 286 MB triton wheel at 136 MB: pip's default 5 resumes got no further byte.
-INSTALL_ATTEMPTS = PIP_ATTEMPTS
-
-
 def _install(session: nox.Session, *args: str) -> None:
-    """`session.install`, tried again after a pause when pip fails (a download that broke off)."""
-    for attempt in range(1, INSTALL_ATTEMPTS + 1):
-        try:
-            session.install(*args, env={"PIP_RESUME_RETRIES": PIP_RESUME_RETRIES})
-            return
-        except nox.command.CommandFailed:
-            if attempt == INSTALL_ATTEMPTS:
-                raise
-            session.warn(f"pip install failed (attempt {attempt} of {INSTALL_ATTEMPTS}); again")
-            time.sleep(30 * attempt)
+    """`session.install` with pip's resumes, tried again after a failure (a download that broke
+    off: a CI run once lost the 286 MB triton wheel at 136 MB): `runtime.with_retries`."""
+    env = {"PIP_RESUME_RETRIES": PIP_RESUME_RETRIES}
+    with_retries(lambda: session.install(*args, env=env), nox.command.CommandFailed, session.warn)
 
 
 def _tool(session: nox.Session, *args: str) -> None:

@@ -35,7 +35,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from verify import stats  # noqa: E402
+from verify import sparse_penalties  # noqa: E402
 from verify.results import host_facts  # noqa: E402
 
 VOCAB = 151_936
@@ -175,7 +175,6 @@ def main() -> int:
                     out["one_pass"].view(torch.int32), out["dense"].view(torch.int32)
                 )
         t_dense, t_sparse = times["dense"], times["sparse"]
-        speedup = stats.paired_ratio(t_sparse, t_dense)  # dense / sparse, paired per step
         row = {
             "L": length,
             "steps": len(t_dense),
@@ -197,7 +196,7 @@ def main() -> int:
         rows.append(row)
         print(
             f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
-            f"dense/sparse {speedup.text(2)}"
+            f"dense/sparse {sparse_penalties.speedup(row, 'sparse').text(2)}"
             + (
                 f"  one-pass {row['one_pass_ms']:8.3f} ms"
                 f" {row['dense_over_one_pass_median_of_steps']:5.1f}x"

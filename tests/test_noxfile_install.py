@@ -8,6 +8,8 @@ from pathlib import Path
 import nox
 import pytest
 
+from verify import runtime
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,24 +41,24 @@ class FlakySession:
 
 @pytest.fixture
 def noxfile(loaded_noxfile, monkeypatch):
-    monkeypatch.setattr(loaded_noxfile.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(runtime.time, "sleep", lambda seconds: None)
     return loaded_noxfile
 
 
 def test_install_tries_again_after_a_broken_download(noxfile):
-    session = FlakySession(failures=noxfile.INSTALL_ATTEMPTS - 1)
+    session = FlakySession(failures=runtime.PIP_ATTEMPTS - 1)
     noxfile._install(session, "triton")
-    assert len(session.calls) == noxfile.INSTALL_ATTEMPTS
+    assert len(session.calls) == runtime.PIP_ATTEMPTS
     assert all(args == ("triton",) for args, _ in session.calls)
     assert session.calls[0][1]["env"]["PIP_RESUME_RETRIES"] == noxfile.PIP_RESUME_RETRIES
-    assert len(session.warnings) == noxfile.INSTALL_ATTEMPTS - 1
+    assert len(session.warnings) == runtime.PIP_ATTEMPTS - 1
 
 
 def test_install_fails_when_every_attempt_fails(noxfile):
-    session = FlakySession(failures=noxfile.INSTALL_ATTEMPTS)
+    session = FlakySession(failures=runtime.PIP_ATTEMPTS)
     with pytest.raises(nox.command.CommandFailed):
         noxfile._install(session, "triton")
-    assert len(session.calls) == noxfile.INSTALL_ATTEMPTS
+    assert len(session.calls) == runtime.PIP_ATTEMPTS
 
 
 def test_install_runs_pip_once_when_it_succeeds(noxfile):

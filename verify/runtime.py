@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,18 +129,30 @@ PIP_ATTEMPTS = 3
 PIP_RESUME_RETRIES = "20"
 
 
-def _pip(pip: list[str], args: list[str], log, pause_s: float = 30) -> None:
-    """One pip step, tried again after a pause when it fails (`pause_s` times the attempt)."""
-    env = {**os.environ, "PIP_RESUME_RETRIES": PIP_RESUME_RETRIES}
+def with_retries(
+    step: Callable[[], None],
+    failure: type[Exception],
+    note: Callable[[str], object],
+    pause_s: float = 30,
+) -> None:
+    """Run the pip `step`; when it raises `failure`, `note` it, pause (`pause_s` times the
+    attempt) and run it again, PIP_ATTEMPTS times in all (the last failure is raised)."""
     for attempt in range(1, PIP_ATTEMPTS + 1):
         try:
-            _run([*pip, *args], log, env=env)
+            step()
             return
-        except PatchbenchError:
+        except failure:
             if attempt == PIP_ATTEMPTS:
                 raise
-            log.write(f"# pip failed (attempt {attempt} of {PIP_ATTEMPTS}); trying again\n")
+            note(f"pip failed (attempt {attempt} of {PIP_ATTEMPTS}); trying again")
             time.sleep(pause_s * attempt)
+
+
+def _pip(pip: list[str], args: list[str], log, pause_s: float = 30) -> None:
+    """One pip step of the build, with pip's resumes and `with_retries`."""
+    env = {**os.environ, "PIP_RESUME_RETRIES": PIP_RESUME_RETRIES}
+    with_retries(lambda: _run([*pip, *args], log, env=env), PatchbenchError,
+                 lambda message: log.write(f"# {message}\n"), pause_s)  # fmt: skip
 
 
 def _wheel_requires(wheel: Path, drop: list[str]) -> list[str]:
