@@ -12,6 +12,9 @@
 # workers say which). Knobs: PB_DEADLINE=480 (s, engine start-up included), PB_SHAPE=64x1024
 # (BxL; a round = 3 cells of ~5 s on the H100), PB_PLANT_MS=0.1, PB_SAMPLING=plain
 # (temperature 1) or greedy, PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
+# Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py; vLLM's dummy weights),
+# PB_ENTROPY=1.0 (nats: the logit scale each engine calibrates first), PB_PLANT_GPU_US=100 (a GPU
+# spin per step: the planted effect of a GPU-bound step, instead of PB_PLANT_MS).
 # Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine; a
 # carried .gpu/overlay of the same series only adds per-patch hashes to the record).
 set -uo pipefail
@@ -26,13 +29,20 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GP
 : "${PB_ASYNC:=default}" "${PB_GPU_GIB:=74}"
 knobs="PB_SHAPE=$PB_SHAPE PB_PLANT_MS=$PB_PLANT_MS PB_SAMPLING=$PB_SAMPLING PB_WARMUP=$PB_WARMUP"
 knobs+=" PB_ASYNC=$PB_ASYNC PB_GPU_GIB=$PB_GPU_GIB PB_DEADLINE=$deadline"
-python3 -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" \
-  --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" \
+model=/tmp/pb-model shape=() entropy=() plant=()
+if [ -n "${PB_MODEL_SHAPE:-}" ]; then
+  model=/tmp/pb-$PB_MODEL_SHAPE shape=(--model-shape "$PB_MODEL_SHAPE")
+  knobs+=" PB_MODEL_SHAPE=$PB_MODEL_SHAPE"
+fi
+[ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
+[ -n "${PB_PLANT_GPU_US:-}" ] && plant=(--plant-gpu-us "$PB_PLANT_GPU_US") && knobs+=" PB_PLANT_GPU_US=$PB_PLANT_GPU_US"
+python3 -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
+  --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" "${shape[@]}" \
   --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \
   --out-args "$work/args" --meta "$work/meta.json" || exit 5
 mapfile -t plan < "$work/args"
 timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
-  --model /tmp/pb-model --base-site /tmp/vllm-bundle/site "${plan[@]}" --rounds 400 \
+  --model "$model" --base-site /tmp/vllm-bundle/site "${plan[@]}" "${entropy[@]}" --rounds 400 \
   --warmup "$PB_WARMUP" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root /tmp/pb-vllm-cache/engine-aa --meta "$work/meta.json" \
   --out "$OUT/gpu/$tag.json"

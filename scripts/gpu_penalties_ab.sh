@@ -53,6 +53,11 @@
 # one engine alone, PB_ENGINES_IN_TURN=1, or PB_GPU_PER_VARIANT=1 on a machine with a GPU per
 # variant). Needs the bundle installed and .gpu/overlay carried (packed with
 # `python -m verify.gpu_overlay 0.22.0`).
+#   PB_MODEL_SHAPE=           a verify/gpu/shapes.py shape (qwen3-8b ...) on vLLM's dummy weights,
+#                             instead of the Qwen3-0.6B-shaped random model
+#   PB_ENTROPY=               nats: each engine first scales the dummy model's logits to this
+#                             mean next-token entropy (verify/ab/output_entropy.py)
+#   PB_RUNNER=V1              or MRV2 (VLLM_USE_V2_MODEL_RUNNER=1; the release's default for Qwen3)
 # Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
 # /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -60,7 +65,12 @@ tag=${1:?usage: gpu_penalties_ab.sh TAG}
 bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it
 test -f "$bundle/site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
 export PYTHONPATH=$bundle/site PYTHONUNBUFFERED=1
-export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
+export VLLM_USE_FLASHINFER_SAMPLER=0
+case ${PB_RUNNER:=V1} in
+  V1) export VLLM_USE_V2_MODEL_RUNNER=0 ;;
+  MRV2) export VLLM_USE_V2_MODEL_RUNNER=1 ;;
+  *) echo "PB_RUNNER=$PB_RUNNER: expected V1 or MRV2"; exit 2 ;;
+esac
 deadline=${PB_DEADLINE:-540}
 OUT=${OUT:-/tmp/pb-out}
 work=${PB_WORK:-/root/pb-ab}/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
@@ -82,28 +92,39 @@ fi
 in_turn=()
 [ "${PB_ENGINES_IN_TURN:-0}" = 1 ] && knobs+=" PB_ENGINES_IN_TURN=1" && in_turn=(--in-turn)
 [ -n "${PB_PARALLEL:-}" ] && knobs+=" PB_PARALLEL='$PB_PARALLEL'"  # set by gpu_penalties_ab_parallel.sh
+knobs+=" PB_RUNNER=$PB_RUNNER"
+model=/tmp/pb-model shape=() entropy=()
+if [ -n "${PB_MODEL_SHAPE:-}" ]; then
+  model=/tmp/pb-$PB_MODEL_SHAPE shape=(--model-shape "$PB_MODEL_SHAPE")
+  knobs+=" PB_MODEL_SHAPE=$PB_MODEL_SHAPE"
+  python3 -m verify.gpu.shapes "$PB_MODEL_SHAPE" "$model" || exit 5
+fi
+[ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
-  --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" "${in_turn[@]}" \
+  --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" "${in_turn[@]}" "${shape[@]}" \
   $([ "$PB_SEEDED" = 0 ] && echo --unseeded) --out-args "$work/args" || exit 5
 python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
-  <<'PY' || exit 4
+  "$PB_RUNNER" "${PB_MODEL_SHAPE:-qwen3-0.6b-random}" <<'PY' || exit 4
 import json, sys; from pathlib import Path
 from verify.gpu import device
 overlay = Path(sys.argv[1])
-device.build_model()
+if sys.argv[6] == "qwen3-0.6b-random":
+    device.build_model()
 device.build_sites(overlay, {"patched"} | ({"at-0010"} if sys.argv[4] == "at-0010" else set()))
 Path(sys.argv[2]).write_text(json.dumps({
     "vllm_version": overlay.name,
     "series_hash": (overlay / "SERIES_HASH").read_text().strip(),
     "patch_hashes": json.loads((overlay / "PATCH_HASHES.json").read_text()),
     "command": sys.argv[3],
-    "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, VLLM_USE_FLASHINFER_SAMPLER=0)",
+    "runner": {"V1": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, VLLM_USE_FLASHINFER_SAMPLER=0)",
+               "MRV2": "MRV2 (VLLM_USE_V2_MODEL_RUNNER=1)"}[sys.argv[5]],
+    "model": sys.argv[6],
 }))
 PY
 mapfile -t plan < "$work/args"
 timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
-  --model /tmp/pb-model --base-site "$bundle/site" "${plan[@]}" \
+  --model "$model" --base-site "$bundle/site" "${plan[@]}" "${entropy[@]}" \
   --rounds "$PB_ROUNDS" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root "${PB_CACHE_ROOT:-/tmp/pb-vllm-cache/penalties-ab}" --meta "$work/meta.json" \
   $([ "${PB_PIN_ENGINES:-0}" = 1 ] && echo --pin-cpus) --out "$OUT/gpu/$tag.json"

@@ -592,7 +592,12 @@ def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ab_main, "Engine", StandInEngine)
     args = SimpleNamespace(
-        cache_root=None, pin_cpus=False, python="py", model="m", engine_args="{}"
+        cache_root=None,
+        pin_cpus=False,
+        python="py",
+        model="m",
+        engine_args="{}",
+        target_entropy=None,
     )
     variants = {"a": (["/s"], {}), "b": (["/s"], {}), "c": (["/s"], {"VLLM_PORT": "31000"})}
 

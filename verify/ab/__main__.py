@@ -145,9 +145,10 @@ def server_for(
 
 
 def plant_count_env(name: str, env: dict, work: Path) -> dict[str, str]:
-    """For a planted variant (PATCHBENCH_PLANT_DELAY_MS in `env`): PATCHBENCH_PLANT_COUNT, the
-    file its shim keeps "<steps> <seconds slept>" in (`with_plant_count` reads it per round)."""
-    if "PATCHBENCH_PLANT_DELAY_MS" not in env:
+    """For a planted variant (PATCHBENCH_PLANT_DELAY_MS or PATCHBENCH_PLANT_GPU_US in `env`):
+    PATCHBENCH_PLANT_COUNT, the file its shim keeps "<steps> <seconds planted>" in
+    (`with_plant_count` reads it per round)."""
+    if not {"PATCHBENCH_PLANT_DELAY_MS", "PATCHBENCH_PLANT_GPU_US"} & set(env):
         return {}
     return {"PATCHBENCH_PLANT_COUNT": str(work / f"plant-count-{name}")}
 
@@ -467,7 +468,13 @@ def start_engines(variants: dict, args, work: Path, engines: dict[str, Engine]) 
         full_env.update(plant_count_env(name, env, work))
         full_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         full_env["VLLM_PORT"] = env.get("VLLM_PORT", str(ports[i]))  # a variant's own wins
-        cmd = worker_command(args.python, args.model, json.loads(args.engine_args), work / name)
+        cmd = worker_command(
+            args.python,
+            args.model,
+            json.loads(args.engine_args),
+            work / name,
+            args.target_entropy,
+        )
         cpus = shares[i] if shares else None
         engines[name] = Engine(cmd, full_env, work / name, f"{name} engine", cpus).start()
 
@@ -866,6 +873,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="append", default=[], help="CELL:CELL (ratio B/A)")
     p.add_argument("--engine-args", default="{}", help="JSON: keyword arguments of vllm.LLM")
     p.add_argument("--python", default=sys.executable, help="the workers' Python")
+    p.add_argument(
+        "--target-entropy",
+        type=float,
+        help="nats: each engine scales a dummy-weight model's logits to this mean next-token "
+        "entropy before it measures (verify/ab/output_entropy.py; the record's workers say "
+        "what was measured)",
+    )
     p.add_argument("--rounds", type=int, default=20, help="rounds per stage (at most)")
     p.add_argument("--warmup", type=int, default=0, help="discarded rounds per stage")
     p.add_argument("--warmup-tokens", type=int, default=16, help="the warm-up call's length")

@@ -526,8 +526,12 @@ def compact_cpus(cpus: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def worker_command(python: str, model: str, engine_args: dict, prefix: Path) -> list[str]:
-    """The worker of `python -m verify.ab engine` (the repo root must be on PYTHONPATH)."""
+def worker_command(
+    python: str, model: str, engine_args: dict, prefix: Path, target_entropy: float | None = None
+) -> list[str]:
+    """The worker of `python -m verify.ab engine` (the repo root must be on PYTHONPATH);
+    `target_entropy`: calibrate the logit scale of a dummy-weight model to it first."""
+    extra = [] if target_entropy is None else ["--target-entropy", str(target_entropy)]
     return [
         python,
         "-m",
@@ -538,6 +542,7 @@ def worker_command(python: str, model: str, engine_args: dict, prefix: Path) -> 
         json.dumps(engine_args),
         "--prefix",
         str(prefix),
+        *extra,
     ]
 
 
@@ -546,12 +551,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--engine-args", default="{}", help="JSON: keyword arguments of LLM")
     parser.add_argument("--prefix", required=True, help="result files <prefix>-<seq>.json")
+    parser.add_argument(
+        "--target-entropy",
+        type=float,
+        help="nats: scale the logits of a dummy-weight model to this mean next-token entropy",
+    )
     args = parser.parse_args(argv)
+    if args.target_entropy is not None:  # apply_model's function reaches an engine core process
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM
 
     t0 = time.perf_counter()
     llm = LLM(model=args.model, seed=0, **json.loads(args.engine_args))
     ready = {"startup_s": time.perf_counter() - t0, "pid": os.getpid(), **worker_provenance()}
+    if args.target_entropy is not None:
+        from verify.ab.output_entropy import calibrate
+
+        ready["output_entropy"] = calibrate(llm, args.target_entropy)
     ready["kv_cache_tokens"] = kv_cache_tokens(llm)
     scheduler = llm.llm_engine.vllm_config.scheduler_config
     ready["async_scheduling"] = getattr(scheduler, "async_scheduling", None)

@@ -3,7 +3,9 @@ the `python -m verify.ab engine` arguments of three engines of the official bund
 one config, and the run's meta (vLLM version read from the bundle, the checkout's series).
 
     pristine, pristine2   the bundle twice: the A/A control
-    planted               pristine + a host sleep per Scheduler.schedule call (verify/ab/plant)
+    planted               pristine + a host sleep per Scheduler.schedule call, or a GPU spin
+                          per step (--plant-gpu-us: the plant for GPU-bound 8B-class shapes)
+                          (verify/ab/plant)
 
 KV cache and limits come from verify.gpu.penalty_plan.engine_args (the largest shape held
 without preemption; a plan whose engines do not fit the GPU together is refused).
@@ -37,26 +39,40 @@ def plan(
     sampling: str = "plain",
     async_scheduling: bool | None = None,
     gpu_budget: int = GPU_BUDGET,
+    model_shape: str | None = None,
+    plant_gpu_us: float | None = None,
 ) -> list[str]:
     """The engine front-end's arguments (one per item): the three variants, one config, the
-    A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default)."""
+    A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default).
+    `plant_gpu_us`: the planted variant spins the GPU this long per step instead of sleeping
+    `plant_ms` on the host; `model_shape`: dummy weights of a verify.gpu.shapes shape."""
     if sampling not in SAMPLINGS:
         raise SystemExit(f"sampling {sampling!r}: expected one of {list(SAMPLINGS)}")
-    if plant_ms <= 0:
-        raise SystemExit(f"planted delay {plant_ms} ms: expected a delay above 0")
+    delay = plant_ms if plant_gpu_us is None else plant_gpu_us
+    if delay <= 0:
+        raise SystemExit(f"planted delay {delay}: expected a delay above 0")
     name = config_name(sampling, batch, output_len)
     config = {"batch": batch, "output_len": output_len, **SAMPLINGS[sampling]}
     args = ["--variant=pristine=", "--variant=pristine2="]
-    args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={plant_ms:g}"]
+    if plant_gpu_us is None:
+        args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={plant_ms:g}"]
+    else:
+        args += [f"--variant=planted=plant,PATCHBENCH_PLANT_GPU_US={plant_gpu_us:g}"]
     args += [f"--config={name}={json.dumps(config)}"]
     args += [f"--compare=pristine/{name}:{twin}/{name}" for twin in ("pristine2", "planted")]
-    engine = engine_args(len(VARIANTS), [(batch, output_len)], gpu_budget)
+    engine = engine_args(len(VARIANTS), [(batch, output_len)], gpu_budget, model_shape)
     if async_scheduling is not None:
         engine["async_scheduling"] = async_scheduling
     return args + [f"--engine-args={json.dumps(engine)}"]
 
 
-def meta(command: str, plant_ms: float, overlay: Path = OVERLAY) -> dict:
+def meta(
+    command: str,
+    plant_ms: float,
+    overlay: Path = OVERLAY,
+    model_shape: str | None = None,
+    plant_gpu_us: float | None = None,
+) -> dict:
     """What the record says of the run besides the front-end's own: the vLLM version of the
     bundle on PYTHONPATH, the checkout's series hash (none of its patches runs here) and, where
     the carried overlay packs that series, its per-patch diff hashes (read_series needs git,
@@ -67,8 +83,13 @@ def meta(command: str, plant_ms: float, overlay: Path = OVERLAY) -> dict:
         "series_hash": series_hash(version),
         "command": command,
         "runner": "the pin's default (workers[...].model_runner says which)",
-        "planted_delay_ms": plant_ms,
+        "model": model_shape or "qwen3-0.6b-random",
+        "weights": "vLLM dummy" if model_shape else "random (transformers init)",
     }
+    if plant_gpu_us is None:
+        out["planted_delay_ms"] = plant_ms
+    else:
+        out["planted_gpu_delay_us"] = plant_gpu_us
     packed = overlay / version
     if (packed / "SERIES_HASH").is_file() and (packed / "PATCH_HASHES.json").is_file():
         if (packed / "SERIES_HASH").read_text().strip() == out["series_hash"]:
@@ -85,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-gib", type=float, default=GPU_BUDGET / 2**30, help="for all engines")
     parser.add_argument("--command", default="bash scripts/gpu_engine_aa.sh", help="for the record")
     parser.add_argument("--overlay", type=Path, default=OVERLAY, help="for the patch hashes")
+    parser.add_argument(
+        "--plant-gpu-us", type=float, help="GPU spin per step instead of the host sleep"
+    )
+    parser.add_argument("--model-shape", help="dummy weights of a verify.gpu.shapes shape")
     parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     parser.add_argument("--meta", type=Path, required=True, help="the record's meta (JSON)")
@@ -99,13 +124,20 @@ def main(argv: list[str] | None = None) -> int:
         args.sampling,
         ASYNC[args.async_scheduling],
         int(args.gpu_gib * 2**30),
+        args.model_shape,
+        args.plant_gpu_us,
     )
-    if args.build_model:
+    if args.build_model and args.model_shape:
+        from verify.gpu import shapes
+
+        shapes.write(args.model_shape, shapes.model_dir(args.model_shape))
+    elif args.build_model:
         from verify.gpu import device
 
         device.build_model()
     args.out_args.write_text("\n".join(items) + "\n")
-    args.meta.write_text(json.dumps(meta(args.command, args.plant_ms, args.overlay)) + "\n")
+    record = meta(args.command, args.plant_ms, args.overlay, args.model_shape, args.plant_gpu_us)
+    args.meta.write_text(json.dumps(record) + "\n")
     return 0
 
 

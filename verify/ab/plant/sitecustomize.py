@@ -1,5 +1,9 @@
 """A planted effect for proving the A/B core's resolution: with PATCHBENCH_PLANT_DELAY_MS set,
-every call of vLLM's `Scheduler.schedule` (once per engine step) sleeps that long first, and,
+every call of vLLM's `Scheduler.schedule` (once per engine step) sleeps that long first (a host
+delay: on the critical path where the step is host-bound); with PATCHBENCH_PLANT_GPU_US set,
+every `LogitsProcessor.forward` (once per engine step, in both model runners) first queues that
+long a spin on the GPU's current stream (`torch.cuda._sleep`, its cycles per µs timed once with
+CUDA events: on the critical path where the step is GPU-bound, as at 8B-class shapes); and,
 with PATCHBENCH_PLANT_COUNT set, "<calls> <seconds slept>" so far is written to that file every
 PATCHBENCH_PLANT_COUNT_EVERY calls (default 8; 1 where a measured run has few engine steps, e.g.
 a pooling server; the writing counts as slept), so the size the delay could have (all of it on
@@ -16,29 +20,64 @@ import time
 
 _HOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "after_import.py")
 _DELAY_S = float(os.environ.get("PATCHBENCH_PLANT_DELAY_MS", "0")) / 1000
+_GPU_DELAY_S = float(os.environ.get("PATCHBENCH_PLANT_GPU_US", "0")) / 1e6
 _COUNT_FILE = os.environ.get("PATCHBENCH_PLANT_COUNT")
 _COUNT_EVERY = int(os.environ.get("PATCHBENCH_PLANT_COUNT_EVERY", "8"))
 
 
-def _planted(schedule):
+def _counting(delay):
+    """A wrapper maker: the wrapped call runs `delay()` (returning the seconds it planted) first
+    and keeps the count file."""
     calls, slept = [0], [0.0]
 
-    def wrapper(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        time.sleep(_DELAY_S)
-        slept[0] += time.perf_counter() - t0
-        calls[0] += 1
-        if _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
-            with open(_COUNT_FILE, "w") as fh:
-                fh.write(f"{calls[0]} {slept[0]:.6f}")
-        return schedule(self, *args, **kwargs)
+    def planted(call):
+        def wrapper(self, *args, **kwargs):
+            slept[0] += delay()
+            calls[0] += 1
+            if _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
+                with open(_COUNT_FILE, "w") as fh:
+                    fh.write(f"{calls[0]} {slept[0]:.6f}")
+            return call(self, *args, **kwargs)
 
-    return wrapper
+        return wrapper
+
+    return planted
+
+
+def _host_sleep() -> float:
+    t0 = time.perf_counter()
+    time.sleep(_DELAY_S)
+    return time.perf_counter() - t0
+
+
+_CYCLES_PER_S = []
+
+
+def _gpu_spin() -> float:
+    """Queue a spin of _GPU_DELAY_S on the current stream (no wait here); returns its length."""
+    import torch
+
+    if not _CYCLES_PER_S:  # once: time a spin of 10^7 cycles
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(10**7)
+        end.record()
+        end.synchronize()
+        _CYCLES_PER_S.append(10**7 / (start.elapsed_time(end) / 1000))
+    torch.cuda._sleep(int(_GPU_DELAY_S * _CYCLES_PER_S[0]))
+    return _GPU_DELAY_S
 
 
 def _plant(module) -> None:
-    module.Scheduler.schedule = _planted(module.Scheduler.schedule)
+    module.Scheduler.schedule = _counting(_host_sleep)(module.Scheduler.schedule)
     module.PATCHBENCH_PLANTED_DELAY_S = _DELAY_S
+
+
+def _plant_gpu(module) -> None:
+    cls = module.LogitsProcessor
+    cls.forward = _counting(_gpu_spin)(cls.forward)
+    module.PATCHBENCH_PLANTED_GPU_DELAY_S = _GPU_DELAY_S
 
 
 if _DELAY_S > 0:
@@ -46,6 +85,11 @@ if _DELAY_S > 0:
     _hooks = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_hooks)
     _hooks.after_import("vllm.v1.core.sched.scheduler", _plant)
+if _GPU_DELAY_S > 0:
+    _spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
+    _hooks = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_hooks)
+    _hooks.after_import("vllm.model_executor.layers.logits_processor", _plant_gpu)
 
 
 def _chain_next_sitecustomize() -> None:
