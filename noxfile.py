@@ -258,15 +258,24 @@ def _e2e_step(session: nox.Session, step: str, version: str, quick: list[str]) -
                 external=True)  # fmt: skip
 
 
-# --- GPU tier (a CUDA machine with the offline vLLM bundle, ../shared/gpu/README.md) ---
+# --- GPU tier (a CUDA machine; without network: the offline bundle, ../shared/gpu/README.md) ---
 #: Pins the GPU tier has been run for (results/gpu/<v>/).
 GPU_PINS = ("0.18.1", "0.22.0")
 
 
-@_per_version("gpu", "gpu, heavy, 10-60 min per step (CUDA machine with the vLLM bundle): "
-              "scripts/gpu_verify.py steps, `-- --steps NAME` (default penalties-v1)",
+@_per_version("gpu", "gpu, heavy, 10-60 min per workload (CUDA machine): the pin's CUDA runtime "
+              "from the index, then `-- WORKLOAD TAG PB_KEY=VALUE...` (`-- --install-only`: the "
+              "runtime alone); pins without a CUDA recipe: scripts/gpu_verify.py over the bundle",
               pins=GPU_PINS, venv_backend="none", tags=[*HEAVY, "gpu"])  # fmt: skip
 def gpu(session: nox.Session, version: str) -> None:
+    from verify.runtime import CUDA_RECIPES
+
+    if version in CUDA_RECIPES:
+        if "--install-only" not in session.posargs:
+            _tool(session, "apply", version)
+        session.run(sys.executable, "-m", "verify.gpu.tier", version, *session.posargs,
+                    external=True)  # fmt: skip
+        return
     _tool(session, "apply", version)
     overlay = paths.build_root() / "gpu-overlay"
     session.run(sys.executable, "-m", "verify.gpu_overlay", version, "--out", str(overlay),

@@ -19,8 +19,10 @@
 # carried .gpu/overlay of the same series only adds per-patch hashes to the record).
 set -uo pipefail
 tag=${1:?usage: gpu_engine_aa.sh TAG}
-test -f /tmp/vllm-bundle/site/.ready || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
-export PYTHONPATH=/tmp/vllm-bundle/site PYTHONUNBUFFERED=1
+# vLLM: PB_SITE and PB_PYTHON (a runtime venv: `nox -s gpu-0.22.0` sets them), else the bundle
+site=${PB_SITE:-/tmp/vllm-bundle/site} py=${PB_PYTHON:-python3}
+[ -n "${PB_SITE:-}" ] || test -f "$site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+export PYTHONPATH=$site PATCHBENCH_VLLM_SITE=$site PYTHONUNBUFFERED=1
 deadline=${PB_DEADLINE:-480}
 OUT=${OUT:-/tmp/pb-out}
 work=/root/pb-ab/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
@@ -36,13 +38,13 @@ if [ -n "${PB_MODEL_SHAPE:-}" ]; then
 fi
 [ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
 [ -n "${PB_PLANT_GPU_US:-}" ] && plant=(--plant-gpu-us "$PB_PLANT_GPU_US") && knobs+=" PB_PLANT_GPU_US=$PB_PLANT_GPU_US"
-python3 -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
+PYTHONPATH=$site:$PWD "$py" -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
   --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" "${shape[@]}" \
   --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \
   --out-args "$work/args" --meta "$work/meta.json" || exit 5
 mapfile -t plan < "$work/args"
-timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
-  --model "$model" --base-site /tmp/vllm-bundle/site "${plan[@]}" "${entropy[@]}" --rounds 400 \
+timeout -s INT -k 15 $((deadline - SECONDS + 5)) "$py" -m verify.ab engine --python "$py" \
+  --model "$model" --base-site "$site" "${plan[@]}" "${entropy[@]}" --rounds 400 \
   --warmup "$PB_WARMUP" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root /tmp/pb-vllm-cache/engine-aa --meta "$work/meta.json" \
   --out "$OUT/gpu/$tag.json"

