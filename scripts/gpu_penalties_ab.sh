@@ -58,6 +58,8 @@
 #   PB_ENTROPY=               nats: each engine first scales the dummy model's logits to this
 #                             mean next-token entropy (verify/ab/output_entropy.py)
 #   PB_RUNNER=V1              or MRV2 (VLLM_USE_V2_MODEL_RUNNER=1; the release's default for Qwen3)
+#   PB_KEEP_TOKENS=0          1: every distinct batch output kept whole (verify.ab.engines
+#                             keep_tokens), packed as $OUT/gpu/<TAG>-tokens.tgz
 # Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
 # /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -102,6 +104,11 @@ if [ -n "${PB_MODEL_SHAPE:-}" ]; then
   python3 -m verify.gpu.shapes "$PB_MODEL_SHAPE" "$model" || exit 5
 fi
 [ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
+if [ "${PB_KEEP_TOKENS:-0}" = 1 ]; then
+  knobs+=" PB_KEEP_TOKENS=1" && export PB_KEEP_TOKENS=$work/tokens
+else
+  unset PB_KEEP_TOKENS
+fi
 python3 -m verify.gpu.penalty_plan --variants "$PB_VARIANTS" --shapes "$PB_SHAPES" \
   --pristine-shapes "$PB_PRISTINE_SHAPES" --sampling "$PB_SAMPLING" --series "$PB_SERIES" \
   --gpu-gib "$PB_GPU_GIB" "${gpu_each[@]}" "${in_turn[@]}" "${shape[@]}" \
@@ -135,5 +142,6 @@ if [ "$rc" -ne 0 ]; then  # workers left behind if the driver was killed (own pr
   for pid in "$work"/*.pid; do kill -KILL -- "-$(cat "$pid")" 2>/dev/null; done
 fi
 for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
+[ -d "$work/tokens" ] && tar czf "$OUT/gpu/$tag-tokens.tgz" -C "$work" tokens
 echo "gpu_penalties_ab $tag: rc $rc"
 exit $rc

@@ -150,3 +150,16 @@ def test_the_gpu_plant_spins_its_delay_once_per_step_and_counts_it(tmp_path: Pat
     assert spins[0] == 10**7 and spins[1:] == [500_000] * 8  # 250 µs at 2 GHz, every step
     calls, planted = count.read_text().split()
     assert int(calls) == 8 and float(planted) == pytest.approx(8 * 250e-6)
+
+
+def test_distinct_outputs_are_kept_whole_once(tmp_path):
+    from verify.ab.engines import KEEP_TOKENS_ENV, digest, keep_tokens
+
+    env = {KEEP_TOKENS_ENV: str(tmp_path / "tokens")}
+    first = keep_tokens([[1, 2], [3]], env)
+    assert json.loads(first.read_text()) == [[1, 2], [3]]
+    assert first.name == f"tokens-{digest([[1, 2], [3]])[:16]}.json"
+    assert keep_tokens([[1, 2], [3]], env) == first  # the same output: the same file
+    assert keep_tokens([[1, 2], [4]], env) != first
+    assert len(list((tmp_path / "tokens").iterdir())) == 2
+    assert keep_tokens([[1]], {}) is None

@@ -334,6 +334,7 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
     timers = take_sampler_timers()
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     n_tokens = sum(len(t) for t in tokens)
+    keep_tokens(tokens)
     return {
         **({"sampler": timers} if timers is not None else {}),
         "elapsed_s": elapsed,
@@ -347,6 +348,24 @@ def timed_generate(llm, prompts: list[dict], sampling: list) -> dict:
         "thread_cpus": {str(cpu): n for cpu, n in sorted(thread_cpus.items())},
         **({"cpu_hops": hopper.summary()} if hopper is not None else {}),
     }
+
+
+#: Environment of a worker: a folder where each distinct batch output is kept whole, as
+#: `tokens-<first 16 hex of its token_ids_hash>.json` (the record holds only the hash): where
+#: two engines' tokens differ, the first differing request and step can be found afterwards.
+KEEP_TOKENS_ENV = "PB_KEEP_TOKENS"
+
+
+def keep_tokens(tokens: list[list[int]], env: dict | None = None) -> Path | None:
+    """Write `tokens` under KEEP_TOKENS_ENV's folder once per distinct output; its path."""
+    folder = (os.environ if env is None else env).get(KEEP_TOKENS_ENV)
+    if not folder:
+        return None
+    path = Path(folder) / f"tokens-{digest(tokens)[:16]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, tokens)
+    return path
 
 
 def run_config(llm, config: dict, warmup_tokens: int = 0) -> dict:
