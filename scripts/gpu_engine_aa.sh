@@ -38,6 +38,7 @@ if [ -n "${PB_MODEL_SHAPE:-}" ]; then
 fi
 [ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
 [ -n "${PB_PLANT_GPU_US:-}" ] && plant=(--plant-gpu-us "$PB_PLANT_GPU_US") && knobs+=" PB_PLANT_GPU_US=$PB_PLANT_GPU_US"
+[ "${PB_PLANT_BOTH:-0}" = 1 ] && plant+=(--plant-both) && knobs+=" PB_PLANT_BOTH=1"  # host and GPU
 PYTHONPATH=$site:$PWD "$py" -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
   --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" "${shape[@]}" \
   --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \

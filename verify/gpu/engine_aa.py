@@ -41,6 +41,7 @@ def plan(
     gpu_budget: int = GPU_BUDGET,
     model_shape: str | None = None,
     plant_gpu_us: float | None = None,
+    plant_both: bool = False,
 ) -> list[str]:
     """The engine front-end's arguments (one per item): the three variants, one config, the
     A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default).
@@ -56,6 +57,10 @@ def plan(
     args = ["--variant=pristine=", "--variant=pristine2="]
     if plant_gpu_us is None:
         args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={plant_ms:g}"]
+    elif plant_both:  # the step grows by it whether the host or the GPU is its critical path
+        ms = plant_gpu_us / 1000
+        args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={ms:g},"
+                 f"PATCHBENCH_PLANT_GPU_US={plant_gpu_us:g}"]  # fmt: skip
     else:
         args += [f"--variant=planted=plant,PATCHBENCH_PLANT_GPU_US={plant_gpu_us:g}"]
     args += [f"--config={name}={json.dumps(config)}"]
@@ -109,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plant-gpu-us", type=float, help="GPU spin per step instead of the host sleep"
     )
+    parser.add_argument(
+        "--plant-both", action="store_true", help="the --plant-gpu-us delay on the host too"
+    )
     parser.add_argument("--model-shape", help="dummy weights of a verify.gpu.shapes shape")
     parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
@@ -126,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         int(args.gpu_gib * 2**30),
         args.model_shape,
         args.plant_gpu_us,
+        args.plant_both,
     )
     if args.build_model and args.model_shape:
         from verify.gpu import shapes

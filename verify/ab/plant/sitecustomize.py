@@ -25,16 +25,16 @@ _COUNT_FILE = os.environ.get("PATCHBENCH_PLANT_COUNT")
 _COUNT_EVERY = int(os.environ.get("PATCHBENCH_PLANT_COUNT_EVERY", "8"))
 
 
-def _counting(delay):
+def _counting(delay, count=True):
     """A wrapper maker: the wrapped call runs `delay()` (returning the seconds it planted) first
-    and keeps the count file."""
+    and, where `count`, keeps the count file."""
     calls, slept = [0], [0.0]
 
     def planted(call):
         def wrapper(self, *args, **kwargs):
             slept[0] += delay()
             calls[0] += 1
-            if _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
+            if count and _COUNT_FILE and calls[0] % _COUNT_EVERY == 0:
                 with open(_COUNT_FILE, "w") as fh:
                     fh.write(f"{calls[0]} {slept[0]:.6f}")
             return call(self, *args, **kwargs)
@@ -75,8 +75,10 @@ def _plant(module) -> None:
 
 
 def _plant_gpu(module) -> None:
+    """Both delays set (the same length): each step's host and GPU work grow by it, so the step
+    grows by it whichever of the two is its critical path; the host's count stands for both."""
     cls = module.LogitsProcessor
-    cls.forward = _counting(_gpu_spin)(cls.forward)
+    cls.forward = _counting(_gpu_spin, count=_DELAY_S == 0)(cls.forward)
     module.PATCHBENCH_PLANTED_GPU_DELAY_S = _GPU_DELAY_S
 
 
