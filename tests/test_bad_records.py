@@ -79,11 +79,12 @@ def test_load_all_names_a_bad_record(committed_copy, how) -> None:
 
 
 @pytest.mark.parametrize("how", BAD)
-def test_importer_names_a_bad_record(committed_copy, capsys, how) -> None:
+def test_importer_names_a_bad_record(committed_copy, capsys, bad_input, how) -> None:
     path = _break(committed_copy, how)
     assert importer.main(["--version", VERSION]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and err.startswith(f"error: {path}: {BAD[how][2]}")
+    bad_input(f"`python -m verify.importer` with a record {BAD[how][0]}", err)
 
 
 def test_a_record_missing_a_key_names_it(committed_copy) -> None:
