@@ -14,6 +14,7 @@ from verify.series import read_series
 from verify.versions import PINNED
 
 PATCHES_DIR = PACKAGE_PARENT / "patches"
+COMMITTED_RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 PINS = list(PINNED)
 
@@ -104,13 +105,31 @@ def test_harness_hash_follows_file_content(tmp_path: Path) -> None:
 
 
 def test_every_committed_record_is_attributed_to_a_patch() -> None:
+    """Over the checkout's own results/ (the suite's results folder is empty)."""
     from verify import results
 
+    checked = []
     for version in PINS:
-        for record in results.load_all(version):
+        for record in results.load_all(version, COMMITTED_RESULTS):
             if record["outcome"] == "not run":
                 continue  # e.g. a seed's tests all skipped on a pin that carries no such patch
-            assert registry.patches_for_record(version, record["step"]), record["_path"]
+            assert registry.attributed(version, record["step"]), record["_path"]
+            checked.append(record["step"])
+    assert len(checked) > len(PINS), f"no committed records under {COMMITTED_RESULTS}"
+
+
+def test_a_harness_proof_is_no_patch_evidence(tmp_path: Path) -> None:
+    from verify.importer import gpu_engine_resolution
+
+    assert gpu_engine_resolution.STEP in registry.HARNESS_PROOFS
+    assert registry.patches_for_record("0.22.0", gpu_engine_resolution.STEP) == []
+    assert not registry.attributed("0.22.0", "no-such-record")
+    src = (registry.registry_dir() / "penalty-state-device.toml").read_text()
+    (tmp_path / "x.toml").write_text(
+        src.replace('records = ["upstream-tests"]', 'records = ["gpu-engine-resolution"]', 1)
+    )
+    assert any("names harness proof(s) gpu-engine-resolution" in p
+               for p in registry.validate(PINS, tmp_path))  # fmt: skip
 
 
 def test_cli_check_passes_on_the_committed_registry(capsys) -> None:

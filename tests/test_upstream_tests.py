@@ -50,6 +50,20 @@ def test_new_failure_of_the_series_tests_fails():
     assert outcome == "fail" and details["edited_new_failures"] == ["t.py::new"], reason
 
 
+def test_patched_code_failing_every_test_fails():
+    everything = {"a": "failed", "b": "failed", "c": "failed"}
+    outcome, reason, details = _judge(everything, {"a": "failed", "b": "failed"})
+    assert outcome == "fail" and details["unexplained"] == ["t.py::a", "t.py::b"], reason
+    assert details["edited_new_failures"] == ["t.py::a", "t.py::b"]
+
+
+def test_only_collection_errors_on_the_patched_code_is_not_run():
+    pristine = _run("shipped", "pristine", a="passed")
+    errors = ut.Run("shipped", "patched", "pytest", 1, {"::tests.t": "failed"})
+    outcome, reason, _ = ut.judge(pristine, errors, errors, {}, {})
+    assert outcome == "not run" and "no test ran in shipped/patched" in reason
+
+
 def test_nothing_collected_is_not_run():
     empty = ut.Run("shipped", "pristine", "pytest", 4, {})
     outcome, _, _ = ut.judge(empty, empty, empty, {}, {})

@@ -12,3 +12,12 @@ class ApplyError(PatchbenchError):
         super().__init__(message)
         self.patch = patch
         self.files = files
+
+
+class RecordError(PatchbenchError):
+    """A file under results/ that cannot be read: the message names it and what is wrong."""
+
+    def __init__(self, path: object, problem: str):
+        super().__init__(f"{path}: {problem}; restore it from git or re-run the step that wrote it")
+        self.path = path
+        self.problem = problem

@@ -71,6 +71,12 @@ KINDS = (
 RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
+#: Records that prove a harness, not a patch (every variant they measure is pristine): no
+#: registry step names them and no patch is attributed them. Record step -> what it proves.
+HARNESS_PROOFS = {
+    "gpu-engine-resolution": "the engine-level A/B (python -m verify.ab engine) resolves a "
+    "planted slowdown of the predicted size and holds its A/A within the target",
+}
 _REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")
 _STEP_REQUIRED = ("kind", "title", "device", "rule", "records", "command")
 
@@ -234,7 +240,16 @@ def validate(
         for pin in entry.pins:
             if pin not in versions:
                 problems.append(f"registry {entry.slug}: unknown pin {pin}")
+        proofs = sorted({r for st in entry.steps for r in st.records} & set(HARNESS_PROOFS))
+        if proofs:
+            problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
     return problems
+
+
+def attributed(version: str, step: str, entries: dict[str, Entry] | None = None) -> bool:
+    """Whether record step `step` of `version` has an owner: a patch whose registry steps name
+    it, or the harness it proves (`HARNESS_PROOFS`)."""
+    return step in HARNESS_PROOFS or bool(patches_for_record(version, step, entries))
 
 
 def diff_hash(patch: Patch, length: int = 12) -> str:

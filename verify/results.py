@@ -31,12 +31,14 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from verify import paths, registry, verdicts
+from verify.errors import RecordError
 from verify.series import read_series, series_hash
 
 OUTCOMES = (*verdicts.OUTCOMES, "n/a")  # "n/a": older records, read as "not applicable"
@@ -239,17 +241,87 @@ def write(result: dict[str, Any], tier: str, name: str, root: Path | None = None
     return path
 
 
+#: Keys every record carries, by schema (`make` writes schema 2; the importer re-judges 1).
+REQUIRED = {
+    2: ("schema", "step", "seed", "vllm_version", "series_hash", "patches", "harness_hash",
+        "machine", "date", "command", "outcome", "reason", "numbers", "tables"),
+}  # fmt: skip
+REQUIRED[1] = tuple(k for k in REQUIRED[2] if k not in ("patches", "harness_hash"))
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder where it lies under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _json_problem(text: str, size: int, exc: json.JSONDecodeError) -> str:
+    where = f"line {exc.lineno} column {exc.colno}"
+    # the text ends inside a string, a literal or a number, or before a value or a bracket
+    if exc.msg.startswith("Unterminated string") or re.fullmatch(r"[\w.+-]*\s*", text[exc.pos :]):
+        return f"not JSON: truncated at byte {size} ({exc.msg}, {where})"
+    return f"not JSON at byte {len(text[: exc.pos].encode())} ({exc.msg}, {where})"
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in results file `path`; RecordError (naming the file and what is wrong)
+    when it is empty, not UTF-8 text, not JSON, or ``{}`` (neither a record nor a measurement)."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise RecordError(_shown(path), f"empty ({len(data)} bytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(_shown(path), f"not UTF-8 text at byte {exc.start}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(_shown(path), _json_problem(text, len(data), exc)) from None
+    if value == {}:
+        keys = ", ".join(REQUIRED[2])
+        raise RecordError(_shown(path), f"an empty JSON object: missing required keys {keys}")
+    return value
+
+
+def is_record(data: Any) -> bool:
+    """Whether a results file's content must be read as a record: anything but a raw
+    measurement file kept beside the records (a non-empty object with no ``schema`` and no
+    ``outcome`` key)."""
+    return not isinstance(data, dict) or "schema" in data or "outcome" in data
+
+
+def check_record(data: Any, path: Path) -> dict[str, Any]:
+    """`data` (read from `path`) when it is a well-formed record, else RecordError."""
+    if not isinstance(data, dict):
+        raise RecordError(_shown(path), f"not a record: a JSON {type(data).__name__}")
+    schema = data.get("schema", 2)
+    if schema not in REQUIRED:
+        raise RecordError(_shown(path), f"not a record: schema {schema!r} (known: 1, 2)")
+    missing = [k for k in REQUIRED[schema] if k not in data]
+    if missing:
+        raise RecordError(_shown(path), f"not a record: missing required keys {', '.join(missing)}")
+    if data["outcome"] not in OUTCOMES:
+        raise RecordError(_shown(path), f"outcome {data['outcome']!r} is not one of {OUTCOMES}")
+    return data
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The record in `path`; None for a raw measurement file; RecordError for a file that
+    cannot be read or a record that lacks what every record has."""
+    data = read_json(path)
+    return check_record(data, path) if is_record(data) else None
+
+
 def load_all(version: str, root: Path | None = None) -> list[dict[str, Any]]:
     """Every record of `version` under results/ (any tier), with its path added; raw
-    measurement files kept beside them (no ``schema`` key) are not records."""
+    measurement files kept beside them are not records. A file that cannot be read, or a
+    record missing a required key, is a RecordError: nothing is skipped silently."""
     found = []
     for path in sorted((root or paths.results_root()).glob(f"*/{version}/*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict) or "schema" not in data:
-            continue
-        data["_path"] = str(path)
-        found.append(data)
+        data = read_record(path)
+        if data is not None:
+            data["_path"] = str(path)
+            found.append(data)
     return found

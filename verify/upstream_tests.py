@@ -137,6 +137,10 @@ class Run:
     def failed(self) -> set[str]:
         return {t for t, o in self.outcomes.items() if o == "failed"}
 
+    def ran(self) -> set[str]:
+        """The tests that ran: not a module's collection error (``::module`` in JUnit)."""
+        return {t for t in self.outcomes if not (t.startswith("::") or t.endswith("::"))}
+
 
 def parse_junit(path: Path, files: list[str]) -> dict[str, str]:
     """{test id: passed | failed | skipped} with ids as ``path::[Class::]name``."""
@@ -260,12 +264,17 @@ def judge(
     patch_names: dict[str, str],
 ) -> tuple[str, str, dict]:
     """(outcome, reason, details): patched-only failures of the shipped tests must each be
-    explained, every explanation must still happen, the edited tests must not fail anew."""
+    explained, every explanation must still happen, the edited tests must not fail anew. A run
+    in which no test ran (collection errors, pytest interrupted), or a pristine run in which
+    none passed, is "not run"; patched code failing every test is judged like any failure."""
     for run_ in (shipped_pristine, shipped_patched, edited_patched):
-        if run_.returncode not in (0, 1) or not any(o == "passed" for o in run_.outcomes.values()):
-            why = f"pytest rc {run_.returncode}, no test passed in {run_.tests}/{run_.code}"
+        if run_.returncode not in (0, 1) or not run_.ran():
+            why = f"pytest rc {run_.returncode}, no test ran in {run_.tests}/{run_.code}"
             return "not run", f"{why} (collection errors? see the log tails)", {}
     passed_before = {t for t, o in shipped_pristine.outcomes.items() if o == "passed"}
+    if not passed_before:  # the pristine code is the reference: a patched failure needs one
+        why = f"pytest rc {shipped_pristine.returncode}, no test passed in shipped/pristine"
+        return "not run", f"{why} (see the log tails)", {}
     patched_only = sorted(shipped_patched.failed() & passed_before)
     listed, unexplained = [], []
     for test in patched_only:

@@ -11,10 +11,12 @@ records beside them. Nothing is re-measured: a GPU step is never re-run from her
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from verify import results
+from verify.errors import PatchbenchError
 from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution, gpu_state_length
 from verify.versions import PINNED
 
@@ -60,8 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="append", choices=PINNED)
     args = parser.parse_args(argv)
-    for version in args.version or PINNED:
-        for tier, path, record in import_version(version):
+    try:
+        imported = {version: import_version(version) for version in args.version or PINNED}
+    except PatchbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for version, written in imported.items():
+        for tier, path, record in written:
             gaps = missing_data(record)
             print(
                 f"{tier}/{version}/{path.name}: {record['outcome']}"

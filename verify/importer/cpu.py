@@ -13,7 +13,6 @@ file did not record are "unknown (not recorded by the run)".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ def _bench(
 ) -> Record | None:
     if not src.exists():
         return None
-    data = json.loads(src.read_text())
+    data = results.read_json(src)
     params, rows = data["params"], data["results"]
     verdict = judge(params, rows)
     record = results.make(
@@ -183,8 +182,8 @@ def tier_records(version: str) -> tuple[list[Record], list[Path]]:
     """(re-judged records, marker files to remove) of the CPU tier's own records."""
     out, drop = [], []
     for path in sorted(cpu_root(version).glob("*.json")):
-        data = json.loads(path.read_text())
-        if "schema" not in data or data.get("step", "").startswith("microbench-"):
+        data = results.read_record(path)
+        if data is None or data["step"].startswith("microbench-"):
             continue  # a benchmark's raw file, or a record bench_records makes from one
         new = rejudge(data)
         if new is None:

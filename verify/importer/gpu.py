@@ -10,7 +10,6 @@ record's verdict comes from a rule in verify.verdicts.
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def gpu_root() -> Path:
 
 def _load(version: str, step: str) -> dict | None:
     path = gpu_root() / version / f"{step}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return results.read_json(path) if path.exists() else None
 
 
 def provenance(src: dict) -> dict:
@@ -173,8 +172,7 @@ def _runs(version: str, step: str, src: dict) -> list[dict]:
     (`<step>-single.json`), further device calls (`<step>-run<k>.json`) and the main file."""
     extra = [_load(version, f"{step}-single")]
     extra += [
-        json.loads(path.read_text())
-        for path in sorted((gpu_root() / version).glob(f"{step}-run*.json"))
+        results.read_json(path) for path in sorted((gpu_root() / version).glob(f"{step}-run*.json"))
     ]
     same = [
         run
@@ -442,7 +440,7 @@ def micro_003_apply(version: str) -> dict | None:
     # the dense path was kept for CUDA logits): shown beside this run, not pooled.
     earlier = gpu_root() / version / "raw" / "micro-003-apply-232dc57cb5.json"
     if earlier.exists():
-        numbers["earlier_run_232dc57cb5"] = json.loads(earlier.read_text())["results"]
+        numbers["earlier_run_232dc57cb5"] = results.read_json(earlier)["results"]
         table += "\n\nEarlier run (series 232dc57cb5, same sparse function):\n\n"
         table += sparse_penalties.table(numbers["earlier_run_232dc57cb5"])
     return _record(
@@ -814,10 +812,7 @@ def kernel_file(version: str, variant: str) -> Path | None:
     and their raw/ folders of every pin), else `version`'s legacy KERNEL_FILE."""
     contract = []
     for path in [*gpu_root().glob("*/*.json"), *gpu_root().glob("*/raw/*.json")]:
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
+        data = results.read_json(path)
         if is_contract(data) and any(r.get("variant") == variant for r in data["rows"]):
             contract.append((str(data.get("date", "")), path))
     if contract:
@@ -917,7 +912,7 @@ def kernels(version: str) -> list[dict]:
             path = kernel_file(version, variant)
             if path is None:
                 continue
-            data = json.loads(path.read_text())
+            data = results.read_json(path)
             all_rows, machine, command, date = kernel_rows(data)
             rows = rebased_rows(all_rows, variant, version)
             verdict = kernel.judge(rows, variant, step.threshold, step.claim)

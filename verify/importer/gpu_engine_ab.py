@@ -52,7 +52,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from verify import registry, stats
+from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
 from verify.importer import gpu
 from verify.importer.gpu import _record
@@ -80,7 +80,7 @@ BASELINES = ("series", "pristine")
 def load_runs(version: str, files: str = FILES) -> list[dict]:
     """Every engine A/B run (`python -m verify.ab engine`) of `version` in the step files
     matching `files` (default: issue 22's), oldest first."""
-    runs = [json.loads(p.read_text()) for p in sorted((gpu.gpu_root() / version).glob(files))]
+    runs = [results.read_json(p) for p in sorted((gpu.gpu_root() / version).glob(files))]
     return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
 
 
