@@ -22,13 +22,21 @@ RUNS = 20
 SUBJECTS = ["[Perf] First", "[Perf] Keep ids on CPU", "[Perf] Second"]
 
 
-def _three_patch_series() -> BuildTree:
-    tree = BuildTree("0.22.0")
-    tree.apply()
-    commit_change(tree, "vllm/sampler.py", "return x + 1\n", "return x + 100\n", SUBJECTS[0])
+def _commit_series(tree: BuildTree, value: int) -> dict[str, bytes]:
+    """Replace the tree's commits by three patches (the first adds `value`), export them;
+    the series' files."""
+    tree.git("reset", "--hard", "-q", "pristine")
+    commit_change(tree, "vllm/sampler.py", "x + 1\n", f"x + {value}\n", SUBJECTS[0])
     commit_change(tree, "vllm/pooling.py", "True", "False", SUBJECTS[1])
     commit_change(tree, "vllm/sampler.py", "return x + 9\n", "return x * 9\n", SUBJECTS[2])
     tree.export()
+    return {p.name: p.read_bytes() for p in tree.series_path.iterdir()}
+
+
+def _three_patch_series() -> BuildTree:
+    tree = BuildTree("0.22.0")
+    tree.apply()
+    _commit_series(tree, 100)
     return tree
 
 
@@ -70,14 +78,16 @@ def test_two_applies_at_once_on_a_fresh_build_folder_both_succeed(pinned_release
 
 
 def test_two_applies_at_once_after_a_patch_file_changed_both_succeed(pinned_release):
-    tree = _three_patch_series()
-    first = tree.series_path / "0001-Perf-First.patch"
+    tree = BuildTree("0.22.0")
+    tree.apply()
+    versions = {value: _commit_series(tree, value) for value in (100, 101)}
     waits = 0
     for run in range(RUNS):
-        text = first.read_text()
-        first.write_text(text.replace(f"x + {100 + run}\n", f"x + {101 + run}\n"))
+        value = 100 + run % 2  # each run's first patch differs from the tree's
+        for name, data in versions[value].items():
+            (tree.series_path / name).write_bytes(data)
         outcomes = _race()
         _assert_whole(tree, outcomes, run)
-        assert f"return x + {101 + run}\n" in (tree.path / "vllm/sampler.py").read_text()
+        assert f"return x + {value}\n" in (tree.path / "vllm/sampler.py").read_text()
         waits += _waited(outcomes)
     assert waits, "the two applies never overlapped: the test did not race them"

@@ -15,7 +15,9 @@ and commits made by hand in the tree use the contributor's own git identity.
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
+import functools
 import hashlib
 import json
 import os
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import git
 
-from verify import paths, sdist
+from verify import locks, paths, sdist
 from verify.errors import ApplyError, PatchbenchError
 from verify.progress import say
 from verify.series import (
@@ -114,6 +116,17 @@ def _git_env(identity: bool = False) -> dict[str, str]:
     return env
 
 
+def _locked(method: Callable) -> Callable:
+    """Run a BuildTree method under its pin's lock (`BuildTree.lock`)."""
+
+    @functools.wraps(method)
+    def locked(self: BuildTree, *args, **kwargs):
+        with self.lock():
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class BuildTree:
     """The build tree of one pinned version."""
 
@@ -145,6 +158,10 @@ class BuildTree:
     def exists(self) -> bool:
         return (self.path / ".git").is_dir()
 
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The pin's lock (`locks.pin_lock`), held by every method that changes the tree."""
+        return locks.pin_lock(self.version, self.path.parent)
+
     def head(self) -> str:
         return self.git("rev-parse", "HEAD")
 
@@ -152,6 +169,7 @@ class BuildTree:
         return self.git("rev-parse", f"{BASELINE_TAG}^{{commit}}")
 
     # -- baseline ---------------------------------------------------------------------------
+    @_locked
     def ensure_baseline(self) -> None:
         """Create the build tree from the pristine sdist if it does not exist yet.
 
@@ -294,6 +312,7 @@ class BuildTree:
         return name
 
     # -- apply ------------------------------------------------------------------------------
+    @_locked
     def apply(self, force: bool = False) -> list[Patch]:
         """Bring the build tree to pristine + series. Returns the applied patches.
 
@@ -427,6 +446,7 @@ class BuildTree:
         )  # fmt: skip
         return [Path(line) for line in out.splitlines() if line.strip()]
 
+    @_locked
     def export(self, force: bool = False) -> list[Patch]:
         """Regenerate `patches/<version>/` from the build tree's commits (validated first).
 
