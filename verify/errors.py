@@ -12,3 +12,11 @@ class ApplyError(PatchbenchError):
         super().__init__(message)
         self.patch = patch
         self.files = files
+
+
+class LockTimeout(PatchbenchError):
+    """Another process held the pin's lock for longer than the timeout; nothing was done."""
+
+
+class ConfigError(PatchbenchError):
+    """An environment variable holds a value the tool cannot use; nothing was done."""

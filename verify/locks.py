@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from verify.errors import PatchbenchError
+from verify.errors import ConfigError, LockTimeout
 
 
 @contextlib.contextmanager
@@ -54,10 +54,6 @@ _POLL_S = 0.05
 _held: dict[Path, int] = {}  # lock file -> how many nested `pin_lock` blocks hold it here
 
 
-class LockTimeout(PatchbenchError):
-    """Another process held the pin's lock for longer than the timeout; nothing was done."""
-
-
 def lock_path(version: str, build_root: Path | None = None) -> Path:
     """The lock file of pin `version`: `<build root>/.locks/<version>.lock`."""
     from verify import paths
@@ -87,7 +83,7 @@ def lock_timeout() -> float | None:
     except ValueError:
         seconds = -1.0
     if not seconds >= 0:
-        raise PatchbenchError(
+        raise ConfigError(
             f"{LOCK_TIMEOUT_ENV}={value!r} is not a number of seconds (0 or more); nothing was "
             "changed. Set it to e.g. 60, or unset it to wait as long as the lock is held"
         )
@@ -109,8 +105,7 @@ def pin_lock(
         finally:
             _held[path] -= 1
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(path)
     try:
         _acquire(fd, version, lock_timeout() if timeout is None else timeout)
         os.ftruncate(fd, 0)
@@ -123,6 +118,18 @@ def pin_lock(
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # closing releases the flock
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (make) the lock file; a build folder that cannot be written is a named error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        from verify import paths
+
+        paths.require_writable(path.parent.parent, "PATCHBENCH_BUILD_DIR")
+        raise
 
 
 def _acquire(fd: int, version: str, timeout: float | None) -> None:

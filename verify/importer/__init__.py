@@ -16,6 +16,7 @@ from typing import Any
 
 from verify import results
 from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution, gpu_state_length
+from verify.locks import pin_lock
 from verify.versions import PINNED
 
 
@@ -61,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="append", choices=PINNED)
     args = parser.parse_args(argv)
     for version in args.version or PINNED:
-        for tier, path, record in import_version(version):
+        with pin_lock(version):
+            written = import_version(version)
+        for tier, path, record in written:
             gaps = missing_data(record)
             print(
                 f"{tier}/{version}/{path.name}: {record['outcome']}"
