@@ -1,5 +1,8 @@
 """File locks shared by the CPU tier and the GPU machine (standard library only: the GPU
-machine's helpers import it before vLLM or anything else is installed)."""
+machine's helpers import it before vLLM or anything else is installed).
+
+`pin_lock(version)` is the lock every command that changes a pin's build tree, patches or
+records holds (`<build root>/.locks/<version>.lock`); `build_once` makes a folder once."""
 
 from __future__ import annotations
 
