@@ -50,6 +50,7 @@ def collect(root: Path) -> list[dict[str, str]]:
 _VARYING = [
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
     (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),
+    (re.compile(r"\bpid \d+"), "pid <pid>"),
 ]
 
 

@@ -15,7 +15,10 @@ and commits made by hand in the tree use the contributor's own git identity.
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import filecmp
+import functools
 import hashlib
 import json
 import os
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import git
 
-from verify import paths, sdist
+from verify import locks, paths, sdist
 from verify.errors import ApplyError, PatchbenchError
 from verify.progress import say
 from verify.series import (
@@ -44,6 +47,7 @@ from verify.series import (
 
 STAMP = "patchbench-applied.json"
 BACKUP_PREFIX = "patchbench-backup"
+_BACKUP_NAME = re.compile(r"(\d{8}T\d{6})(?:-(\d+))?")
 
 BASELINE_TAG = "pristine"
 IDENTITY = {
@@ -114,6 +118,17 @@ def _git_env(identity: bool = False) -> dict[str, str]:
     return env
 
 
+def _locked(method: Callable) -> Callable:
+    """Run a BuildTree method under its pin's lock (`BuildTree.lock`)."""
+
+    @functools.wraps(method)
+    def locked(self: BuildTree, *args, **kwargs):
+        with self.lock():
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class BuildTree:
     """The build tree of one pinned version."""
 
@@ -145,6 +160,10 @@ class BuildTree:
     def exists(self) -> bool:
         return (self.path / ".git").is_dir()
 
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The pin's lock (`locks.pin_lock`), held by every method that changes the tree."""
+        return locks.pin_lock(self.version, self.path.parent)
+
     def head(self) -> str:
         return self.git("rev-parse", "HEAD")
 
@@ -152,6 +171,7 @@ class BuildTree:
         return self.git("rev-parse", f"{BASELINE_TAG}^{{commit}}")
 
     # -- baseline ---------------------------------------------------------------------------
+    @_locked
     def ensure_baseline(self) -> None:
         """Create the build tree from the pristine sdist if it does not exist yet.
 
@@ -293,7 +313,38 @@ class BuildTree:
             f"(`git -C {self.path} log {name}`)")  # fmt: skip
         return name
 
+    def backups(self) -> list[tuple[str, float]]:
+        """(branch, when it was made, epoch seconds) of the tree's backup branches, oldest
+        first; branches whose names do not carry the time are left out (never pruned)."""
+        out = self.git("branch", "--list", f"{BACKUP_PREFIX}/*", "--format=%(refname:short)")
+        found = []
+        for name in out.split():
+            match = _BACKUP_NAME.fullmatch(name[len(BACKUP_PREFIX) + 1 :])
+            if match:
+                made = calendar.timegm(time.strptime(match[1], "%Y%m%dT%H%M%S"))
+                found.append((int(match[2] or 0), made, name))
+        return [(name, made) for _, made, name in sorted(found, key=lambda f: (f[1], f[0]))]
+
+    @_locked
+    def prune_backups(
+        self, older_than_days: float, keep: int = 1, dry_run: bool = False
+    ) -> tuple[list[str], list[str]]:
+        """Delete the backup branches made more than `older_than_days` ago, always keeping the
+        newest `keep` (1 or more); returns (deleted or, with `dry_run`, to delete; kept)."""
+        if keep < 1:
+            raise PatchbenchError(f"--keep {keep}: the newest backup is always kept; use 1 or more")
+        if not self.exists():
+            raise PatchbenchError(f"no build tree at {self.path}; there are no backups to prune")
+        found = self.backups()
+        cutoff = time.time() - older_than_days * 86400
+        old = [name for name, made in found[: max(len(found) - keep, 0)] if made < cutoff]
+        if not dry_run:
+            for name in old:
+                self.git("branch", "-D", name)
+        return old, [name for name, _ in found if name not in old]
+
     # -- apply ------------------------------------------------------------------------------
+    @_locked
     def apply(self, force: bool = False) -> list[Patch]:
         """Bring the build tree to pristine + series. Returns the applied patches.
 
@@ -427,6 +478,7 @@ class BuildTree:
         )  # fmt: skip
         return [Path(line) for line in out.splitlines() if line.strip()]
 
+    @_locked
     def export(self, force: bool = False) -> list[Patch]:
         """Regenerate `patches/<version>/` from the build tree's commits (validated first).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import signal
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import git
 
-from verify import paths
+from verify import locks, paths
 from verify import status as status_mod
 from verify.buildtree import BuildTree
 from verify.errors import PatchbenchError
@@ -64,6 +65,17 @@ def _export(args: argparse.Namespace) -> int:
     tree = BuildTree(require_pinned(args.version))
     patches = tree.export(force=args.force)
     say(f"exported {len(patches)} patch(es) to {tree.series_path}")
+    return 0
+
+
+def _prune_backups(args: argparse.Namespace) -> int:
+    tree = BuildTree(require_pinned(args.version))
+    old, kept = tree.prune_backups(args.older_than, args.keep, args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for name in old:
+        say(f"{verb} {name}")
+    say(f"{verb} {len(old)} backup branch(es) of {tree.path} made more than {args.older_than:g} "
+        f"day(s) ago; kept {len(kept)}{': ' + ', '.join(kept) if kept else ''}")  # fmt: skip
     return 0
 
 
@@ -143,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="overwrite patch files changed since apply, or empty the series",
     )
     p.set_defaults(func=_export)
+    p = sub.add_parser("prune-backups", help="delete old patchbench-backup/* branches of a tree")
+    p.add_argument("version")
+    p.add_argument("--older-than", type=float, default=30.0, metavar="DAYS",
+                   help="delete backups made more than DAYS ago (default 30)")  # fmt: skip
+    p.add_argument("--keep", type=int, default=1, help="always keep the newest N (default 1)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    p.set_defaults(func=_prune_backups)
     p = sub.add_parser("status", help="every patch x every pinned version")
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
     p.add_argument("--json", help="where to write the JSON (default: <results>/status.json)")
@@ -164,6 +183,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_environment() -> None:
+    """Named errors for unusable PATCHBENCH_* variables, before any command starts."""
+    from verify import sdist
+
+    paths.check_environment()
+    sdist.index_url()
+    locks.lock_timeout()
+
+
+LOCKED = ("apply", "check", "export", "wheel", "report", "prune-backups")
+
+
+def _pin_lock(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """The lock of the pin a command changes (its build tree, patches or records)."""
+    if args.command in LOCKED:
+        return locks.pin_lock(require_pinned(args.version))
+    return contextlib.nullcontext()
+
+
 _NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
@@ -171,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return args.func(args)
+        _check_environment()
+        with _pin_lock(args):
+            return args.func(args)
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

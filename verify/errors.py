@@ -21,3 +21,11 @@ class RecordError(PatchbenchError):
         super().__init__(f"{path}: {problem}; restore it from git or re-run the step that wrote it")
         self.path = path
         self.problem = problem
+
+
+class LockTimeout(PatchbenchError):
+    """Another process held the pin's lock for longer than the timeout; nothing was done."""
+
+
+class ConfigError(PatchbenchError):
+    """An environment variable holds a value the tool cannot use; nothing was done."""

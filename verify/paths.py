@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from verify.errors import PatchbenchError
+from verify.errors import ConfigError, PatchbenchError
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 
@@ -36,8 +36,17 @@ def is_checkout(folder: Path) -> bool:
 
 
 def _from_env(name: str, default) -> Path:
+    """The folder `name` names (ConfigError if it names something else), else `default()`."""
     value = os.environ.get(name)
-    return Path(value) if value else default()
+    if not value:
+        return default()
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"{name}={value!r} is not a folder (it exists, as a file); nothing was changed. "
+            f"Point {name} at a folder, or unset it"
+        )
+    return path
 
 
 def _find_repo() -> Path:
@@ -76,6 +85,18 @@ def results_root() -> Path:
 
 def reports_root() -> Path:
     return _from_env("PATCHBENCH_REPORTS_DIR", lambda: repo_root() / "reports")
+
+
+FOLDER_VARIABLES = (
+    "PATCHBENCH_REPO", "PATCHBENCH_PATCHES_DIR", "PATCHBENCH_BUILD_DIR", "PATCHBENCH_CACHE_DIR",
+    "PATCHBENCH_RESULTS_DIR", "PATCHBENCH_REPORTS_DIR",
+)  # fmt: skip
+
+
+def check_environment() -> None:
+    """ConfigError for the first folder variable set to something other than a folder."""
+    for name in FOLDER_VARIABLES:
+        _from_env(name, lambda: None)
 
 
 def require_writable(folder: Path, variable: str) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify import paths
-from verify.errors import PatchbenchError
+from verify.errors import ConfigError, PatchbenchError
 from verify.progress import Progress, say
 
 PACKAGE = "vllm"
@@ -33,7 +33,15 @@ TIMEOUT_S = 60
 
 
 def index_url() -> str:
-    return os.environ.get("PATCHBENCH_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+    """The simple index base (PATCHBENCH_INDEX_URL); ConfigError unless an http(s) URL."""
+    value = os.environ.get("PATCHBENCH_INDEX_URL", "").strip() or DEFAULT_INDEX
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"PATCHBENCH_INDEX_URL={value!r} is not an http(s) URL of a package index; nothing "
+            f"was changed. Set it to a simple index such as {DEFAULT_INDEX}, or unset it"
+        )
+    return value.rstrip("/")
 
 
 def cache_dir() -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 from verify import results
 from verify.errors import PatchbenchError
 from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution, gpu_state_length
+from verify.locks import pin_lock
 from verify.versions import PINNED
 
 
@@ -62,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="append", choices=PINNED)
     args = parser.parse_args(argv)
+    imported = {}
     try:
-        imported = {version: import_version(version) for version in args.version or PINNED}
+        for version in args.version or PINNED:
+            with pin_lock(version):
+                imported[version] = import_version(version)
     except PatchbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
