@@ -80,6 +80,18 @@ def bad_input(request, tmp_path, tmp_path_factory):
     return record
 
 
+@pytest.fixture(scope="session")
+def loaded_noxfile():
+    """The noxfile as a module, loaded once (a second load registers every session again)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "noxfile.py"
+    spec = importlib.util.spec_from_file_location("patchbench_noxfile", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def pinned_release(tmp_path, monkeypatch) -> dict[str, str]:
     """A synthetic release under a pinned version number (0.22.0), served from a private cache

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import nox
 import pytest
 
 from verify import runtime
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def loaded_noxfile():
-    """The noxfile, loaded once (a second load registers every session again)."""
-    spec = importlib.util.spec_from_file_location("patchbench_noxfile", ROOT / "noxfile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FlakySession:

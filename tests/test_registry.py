@@ -135,3 +135,48 @@ def test_a_harness_proof_is_no_patch_evidence(tmp_path: Path) -> None:
 def test_cli_check_passes_on_the_committed_registry(capsys) -> None:
     assert registry.main(["check"]) == 0
     assert "0 problem(s)" in capsys.readouterr().out
+
+
+def _registry_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of patches/ (series and registry) that `registry check` reads."""
+    shutil.copytree(PATCHES_DIR, tmp_path / "patches")
+    monkeypatch.setenv("PATCHBENCH_PATCHES_DIR", str(tmp_path / "patches"))
+    return tmp_path / "patches" / "registry"
+
+
+def test_cli_check_fails_on_an_entry_with_no_step_that_can_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, bad_input
+) -> None:
+    entry = _registry_copy(tmp_path, monkeypatch) / "pooling-prompt-ids-no-device-copy.toml"
+    text = entry.read_text().replace("[[steps]]\n", '[[steps]]\nnot_applicable = "no run"\n')
+    entry.write_text(text)
+    assert registry.main(["check"]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if "can fail" in x]
+    assert lines and lines[0].startswith(
+        "registry pooling-prompt-ids-no-device-copy: no step on pin 0.22.0 can fail"
+    )
+    assert "kind, title, device, rule, records, command, e.g. [[steps]] kind = " in lines[0]
+    bad_input("a registry entry whose every step is `not_applicable`", lines[0])
+
+
+@pytest.mark.parametrize(
+    "edit, what, message",
+    [
+        (lambda t: t.replace("title = ", "title ", 1), "a TOML syntax error",
+         "registry file recovered-tokens-tiled-kernel.toml: not valid TOML (Expected '='"),
+        (lambda t: t.replace("why = ", "reason = ", 1), "a missing `why` key",
+         "registry recovered-tokens-tiled-kernel: missing why; an entry needs title, devices"),
+        (lambda t: t.replace("\ncommand = ", "\ncmd = ", 1), "a step without `command`",
+         "registry recovered-tokens-tiled-kernel: a step lacks command; a step needs kind"),
+    ],
+)  # fmt: skip
+def test_cli_check_prints_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, bad_input, edit, what, message
+) -> None:
+    entry = _registry_copy(tmp_path, monkeypatch) / "recovered-tokens-tiled-kernel.toml"
+    entry.write_text(edit(entry.read_text()))
+    assert registry.main(["check"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {message}")
+    bad_input(f"`python -m verify.registry check` on a registry entry with {what}", err.strip())

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import git
 
-from verify import locks, paths
+from verify import claims, locks, paths
 from verify import status as status_mod
 from verify.buildtree import BuildTree
 from verify.errors import PatchbenchError
 from verify.progress import say
+from verify.series import read_series
 from verify.versions import PINNED, require_pinned
 
 
@@ -41,12 +42,17 @@ def _apply(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     tree = BuildTree(require_pinned(args.version))
-    if not args.no_apply:
+    if args.no_apply:
+        say(f"--no-apply: comparing the build tree {tree.path} as it is; nothing is applied")
+    else:
         tree.apply()
+    problems = claims.check_series(args.version, read_series(args.version))
+    for line in problems:
+        print(f"check: {line}", file=sys.stderr)
     result = tree.check()
     if result.ok:
         say(f"patches/{args.version}/ is exactly what the build tree exports")
-        return 0
+        return 1 if problems else 0
     for line in result.differences:
         print(f"check: {line}", file=sys.stderr)
     changed = tree.changed_since_applied()
@@ -83,12 +89,18 @@ def _status(args: argparse.Namespace) -> int:
     pins = tuple(args.pins or PINNED)
     for pin in pins:
         require_pinned(pin)
-    rows = status_mod.compute(pins)
+    listing = claims.release_list()
+    rows = status_mod.compute(pins, release_list=listing)
     print(status_mod.render(rows, pins))
     out = Path(args.json) if args.json else paths.results_root() / "status.json"
-    status_mod.write_json(rows, out)
-    say(f"wrote {out}")
-    return 0
+    written = status_mod.write_json(rows, out)
+    say(f"wrote {out}" if written else f"{out} unchanged (only its timestamp would differ)")
+    findings = [
+        line for pin in pins for line in claims.check_series(pin, read_series(pin))
+    ] + claims.status_findings(rows)
+    for line in findings:
+        print(f"status: {line}", file=sys.stderr)
+    return 1 if findings else 0
 
 
 def _wheel(args: argparse.Namespace) -> int:
@@ -145,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_apply)
     p = sub.add_parser("check", help="fail if patches/<version>/ differs from the build tree")
     p.add_argument("version")
-    p.add_argument("--no-apply", action="store_true", help="compare the build tree as it is")
+    p.add_argument(
+        "--no-apply", action="store_true", help="compare the build tree as it is; never apply"
+    )
     p.set_defaults(func=_check)
     p = sub.add_parser("export", help="regenerate patches/<version>/ from the build tree")
     p.add_argument("version")

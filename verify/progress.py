@@ -1,5 +1,5 @@
 """Progress lines on stderr for long steps (download, unpack, git add), and `Steps`: a
-pipeline of named steps with a final summary table (step, outcome, time)."""
+pipeline of named steps with a final summary table (step, outcome, time, detail)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from verify.verdicts import PRECEDENCE
 
 
 def say(message: str) -> None:
@@ -49,7 +51,7 @@ class Progress:
 @dataclass
 class StepResult:
     name: str
-    outcome: str  # pass | fail | not run | not applicable
+    outcome: str  # one of verify.verdicts.OUTCOMES
     seconds: float | None = None
     detail: str = ""
 
@@ -71,6 +73,9 @@ class Steps:
         return f"[{index}/{len(self.planned)}]"
 
     def run(self, name: str, action: Callable[[], object], needs: tuple[str, ...] = ()) -> bool:
+        """Run `action`; the step passes when it returns without raising, unless it returns a
+        verdict (an object with ``outcome`` and ``reason``, e.g. `results.step_verdict`):
+        then that is the step's outcome and its reason the detail. True if it passed."""
         blocked = [n for n in needs if self.outcome(n) != "pass"]
         if blocked:
             why = f"{blocked[0]}: {self.outcome(blocked[0])}"
@@ -78,11 +83,13 @@ class Steps:
         say(f"{self._position(name)} {self.title}: {name} ...")
         started = time.monotonic()
         try:
-            action()
+            verdict = action()
         except Exception as exc:  # the step's own output says why; keep going
             detail = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
             return self._record(StepResult(name, "fail", time.monotonic() - started, detail[0]))
-        return self._record(StepResult(name, "pass", time.monotonic() - started))
+        outcome = getattr(verdict, "outcome", "pass")
+        reason = " ".join(str(getattr(verdict, "reason", "")).split())
+        return self._record(StepResult(name, outcome, time.monotonic() - started, reason))
 
     def not_applicable(self, name: str, reason: str) -> None:
         self._record(StepResult(name, "not applicable", None, reason))
@@ -103,6 +110,14 @@ class Steps:
     def failed(self) -> list[str]:
         return [r.name for r in self.results.values() if r.outcome in ("fail", "not run")]
 
+    def overall(self) -> str:
+        """fail when a step failed or did not run, else the worst outcome of the steps (pass
+        only when every step passed or was not applicable)."""
+        if self.failed:
+            return "fail"
+        outcomes = {r.outcome for r in self.results.values()} - {"not applicable"}
+        return min(outcomes | {"pass"}, key=PRECEDENCE.index)
+
     def table(self) -> str:
         rows = [("step", "outcome", "time", "detail")]
         for name in self.planned + [n for n in self.results if n not in self.planned]:
@@ -110,7 +125,7 @@ class Steps:
             took = f"{r.seconds:.0f}s" if r.seconds is not None else "-"
             rows.append((r.name, r.outcome, took, r.detail[:70]))
         total = time.monotonic() - self._start
-        rows.append(("total", "fail" if self.failed else "pass", f"{total:.0f}s", ""))
+        rows.append(("total", self.overall(), f"{total:.0f}s", ""))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                  for row in rows]  # fmt: skip

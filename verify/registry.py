@@ -79,6 +79,11 @@ HARNESS_PROOFS = {
 }
 _REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")
 _STEP_REQUIRED = ("kind", "title", "device", "rule", "records", "command")
+_STEP_EXAMPLE = (
+    '[[steps]] kind = "equivalence", title = "Equivalence: pristine vs patched", '
+    'device = "cpu", rule = "tests", records = ["equivalence-NNN"], '
+    'command = "pytest tests/equivalence/test_NNN_name.py"'
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,10 @@ def registry_dir() -> Path:
 def _step(slug: str, raw: dict[str, Any]) -> Step:
     missing = [k for k in _STEP_REQUIRED if k not in raw]
     if missing:
-        raise PatchbenchError(f"registry {slug}: a step lacks {', '.join(missing)}")
+        raise PatchbenchError(
+            f"registry {slug}: a step lacks {', '.join(missing)}; a step needs "
+            f"{', '.join(_STEP_REQUIRED)}, e.g. {_STEP_EXAMPLE}"
+        )
     unknown = set(raw) - set(Step.__dataclass_fields__)
     if unknown:
         raise PatchbenchError(f"registry {slug}: unknown step key(s) {', '.join(sorted(unknown))}")
@@ -154,10 +162,16 @@ def parse_entry(path: Path) -> Entry:
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise PatchbenchError(f"registry file {path.name}: not valid TOML ({exc})") from exc
+        raise PatchbenchError(
+            f"registry file {path.name}: not valid TOML ({' '.join(str(exc).split())})"
+        ) from exc
     missing = [k for k in _REQUIRED if k not in raw]
     if missing:
-        raise PatchbenchError(f"registry {slug}: missing {', '.join(missing)}")
+        raise PatchbenchError(
+            f"registry {slug}: missing {', '.join(missing)}; an entry needs "
+            f"{', '.join(_REQUIRED)} and at least one step that can fail "
+            "(the format is in verify/registry.py)"
+        )
     bad = [d for d in raw["devices"] if d not in DEVICES]
     if bad:
         raise PatchbenchError(f"registry {slug}: unknown device(s) {bad}")
@@ -243,6 +257,7 @@ def validate(
         proofs = sorted({r for st in entry.steps for r in st.records} & set(HARNESS_PROOFS))
         if proofs:
             problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
+        problems += _without_failing_step(entry)
     return problems
 
 
@@ -250,6 +265,21 @@ def attributed(version: str, step: str, entries: dict[str, Entry] | None = None)
     """Whether record step `step` of `version` has an owner: a patch whose registry steps name
     it, or the harness it proves (`HARNESS_PROOFS`)."""
     return step in HARNESS_PROOFS or bool(patches_for_record(version, step, entries))
+
+
+def can_fail(step: Step) -> bool:
+    """Whether `step` can fail: it runs (no `not_applicable`) and names records to judge."""
+    return not step.not_applicable and bool(step.records)
+
+
+def _without_failing_step(entry: Entry) -> list[str]:
+    """One problem per pin of `entry` on which none of its steps can fail."""
+    return [
+        f"registry {entry.slug}: no step on pin {pin} can fail (every step is not_applicable "
+        f"or names no records); add one with {', '.join(_STEP_REQUIRED)}, e.g. {_STEP_EXAMPLE}"
+        for pin in entry.pins
+        if not any(can_fail(s) for s in entry.steps_on(pin))
+    ]
 
 
 def diff_hash(patch: Patch, length: int = 12) -> str:
@@ -323,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m verify.registry [check|list]``: validate the registry against every pinned
     series (exit 1 on a problem), or list each entry with its pins and steps."""
     import argparse
+    import sys
 
     from verify.versions import PINNED
 
@@ -337,10 +368,15 @@ def main(argv: list[str] | None = None) -> int:
                 where = "n/a" if step.not_applicable else ", ".join(step.records) or "no record"
                 print(f"    {step.kind:<15} {step.device:<5} {step.rule:<12} {where}")
         return 0
-    problems = validate(list(PINNED))
+    try:
+        problems = validate(list(PINNED))
+        count = len(load())
+    except PatchbenchError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     for problem in problems:
         print(problem)
-    print(f"registry: {len(load())} entries, {len(problems)} problem(s)")
+    print(f"registry: {count} entries, {len(problems)} problem(s)")
     return 1 if problems else 0
 
 

@@ -325,3 +325,27 @@ def load_all(version: str, root: Path | None = None) -> list[dict[str, Any]]:
             data["_path"] = str(path)
             found.append(data)
     return found
+
+
+def now() -> str:
+    """The current UTC time in the form records carry in ``date``."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def step_verdict(
+    version: str, names: tuple[str, ...] | list[str], since: str, root: Path | None = None
+) -> verdicts.Verdict:
+    """A pipeline step's verdict from the records `names` it wrote at or after `since`
+    (`now()` when it started): their outcomes combined (`verdicts.combine`), the reason the
+    first line of each worst record's reason; a record not written since then is `not run`."""
+    found = {r["step"]: r for r in load_all(version, root) if r.get("step") in names}
+    parts = []
+    for name in names:
+        record = found.get(name)
+        if record is None or str(record.get("date", "")) < since:
+            parts.append(verdicts.Verdict(verdicts.NOT_RUN, f"{name}: no record from this run"))
+            continue
+        outcome = verdicts.NOT_APPLICABLE if record["outcome"] == "n/a" else record["outcome"]
+        first = (record.get("reason") or "").strip().splitlines()[:1]
+        parts.append(verdicts.Verdict(outcome, f"{name}: {first[0] if first else outcome}"))
+    return verdicts.combine(parts)

@@ -377,8 +377,9 @@ def render(status: Status | list[Row], pins: tuple[str, ...] = PINNED) -> str:
     return "\n".join(lines)
 
 
-def write_json(status: Status | list[Row], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_json(status: Status | list[Row], path: Path) -> bool:
+    """Write the table's JSON to `path`; False (nothing written) when the file already says the
+    same apart from its ``generated`` timestamp, so a read-only run changes nothing tracked."""
     rows = status.rows if isinstance(status, Status) else list(status)
     data = [dict(asdict(r), cells={p: asdict(c) for p, c in r.cells.items()}) for r in rows]
     payload = {
@@ -388,6 +389,18 @@ def write_json(status: Status | list[Row], path: Path) -> None:
         "rows": data,
         "advisories": [asdict(a) for a in status.advisories] if isinstance(status, Status) else [],
     }
+    if _content(path) == json.loads(json.dumps(dict(payload, generated=None))):
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     os.replace(tmp, path)
+    return True
+
+
+def _content(path: Path) -> dict | None:
+    """The JSON at `path` without its timestamp (None if absent or unreadable)."""
+    try:
+        return dict(json.loads(path.read_text()), generated=None)
+    except (OSError, ValueError, TypeError):
+        return None
