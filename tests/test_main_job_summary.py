@@ -22,8 +22,9 @@ def _record(root: Path, step: str, outcome: str, reason: str = "", date: str = "
     """A synthetic CPU-tier record of vLLM 9.9.0."""
     path = root / "cpu" / "9.9.0" / f"{step}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"schema": 2, "step": step, "vllm_version": "9.9.0", "outcome": outcome,
-              "reason": reason, "date": date or results.now()}  # fmt: skip
+    record = dict.fromkeys(results.REQUIRED[2], "")  # a whole record: readers refuse less
+    record |= {"schema": 2, "step": step, "vllm_version": "9.9.0", "outcome": outcome,
+               "reason": reason, "date": date or results.now(), "numbers": {}, "tables": []}  # fmt: skip
     path.write_text(json.dumps(record))
 
 

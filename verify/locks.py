@@ -139,7 +139,8 @@ def _acquire(fd: int, version: str, timeout: float | None) -> None:
     """flock `fd`, saying once who holds it while waiting; LockTimeout after `timeout`."""
     from verify.progress import say
 
-    deadline = None if timeout is None else time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     said = False
     while True:
         try:
@@ -155,15 +156,21 @@ def _acquire(fd: int, version: str, timeout: float | None) -> None:
                 "changed nothing. Run again when it has finished, or unset "
                 f"{LOCK_TIMEOUT_ENV} to wait for it"
             )
-        if not said:
+        # the holder writes its name just after it takes the lock: give it a moment to
+        if not said and (holder != UNKNOWN_HOLDER or time.monotonic() - started >= _NAME_GRACE_S):
             wait = "as long as it takes" if deadline is None else f"up to {timeout:g}s"
             say(f"waiting for the lock of vLLM {version}: held by {holder} (waiting {wait})")
             said = True
         time.sleep(_POLL_S)
 
 
+UNKNOWN_HOLDER = "another process"
+#: How long a waiter waits for the holder's name before it says "another process".
+_NAME_GRACE_S = 1.0
+
+
 def _holder(fd: int) -> str:
     """'pid N (command)' of the lock's holder, from the lock file."""
     text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
     pid, _, command = text.partition(" ")
-    return f"pid {pid} ({command})" if pid.isdigit() else "another process"
+    return f"pid {pid} ({command})" if pid.isdigit() else UNKNOWN_HOLDER
