@@ -255,8 +255,8 @@ def test_the_engines_plain_difference_is_taken_out_of_the_penalized_comparison(r
     assert path["ratio"] == pytest.approx(1.0, abs=0.005)
     row = next(r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert float(cells[6].split()[0]) == pytest.approx(1.06, rel=0.01)
-    assert float(cells[7].split()[0]) == pytest.approx(1.0, abs=0.005)
+    assert float(cells[7].split()[0]) == pytest.approx(1.06, rel=0.01)
+    assert float(cells[8].split()[0]) == pytest.approx(1.0, abs=0.005)
 
 
 def test_a_slower_penalty_path_fails_though_the_patched_engine_is_faster(root):
@@ -313,9 +313,11 @@ def test_the_key_table_puts_each_builds_penalty_cost_side_by_side(root):
     assert cells[2:4] == ["no top-k/top-p, seeded", "-"]  # no pristine engine in this run
     assert _share(cells[4]) == pytest.approx(0.15, abs=0.005) and cells[4].endswith("n=8")
     assert _share(cells[5]) == pytest.approx(0.01, abs=0.005)
-    assert float(cells[6].split()[0]) == pytest.approx(1.0, rel=0.01)  # plain: the A/A
-    assert float(cells[7].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
-    assert cells[8] == "H100 80GB HBM3: 2026-11-25T09:00"  # the GPU model the rounds ran on
+    assert cells[6] == "-"  # no v0.22.0 engine on MRV2 in this run
+    assert float(cells[7].split()[0]) == pytest.approx(1.0, rel=0.01)  # plain: the A/A
+    assert float(cells[8].split()[0]) == pytest.approx(0.99 / 0.85, rel=0.01)
+    # the GPU model and model shape the rounds ran on
+    assert cells[9] == "H100 80GB HBM3, qwen3-0.6b-random: 2026-11-25T09:00"
     judged = record["key_table"].splitlines()[-1]  # the plain A/A over runs, under the rows
     assert judged.startswith("Plain requests, patched / series tok/s over every run (judged)")
     assert "(n=1, no interval)" in judged
@@ -344,8 +346,17 @@ def test_an_earlier_series_run_lends_only_pristines_cost(root):
     assert len(rows) == 2
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert _share(cells[3]) == pytest.approx(0.45, abs=0.005)
-    assert cells[4:8] == ["-", "-", "-", "-"]
-    assert cells[8].endswith("(earlier patch form: pristine only)")
+    assert cells[4:9] == ["-", "-", "-", "-", "-"]
+    assert cells[9].endswith("(earlier patch form: pristine only)")
+
+
+def test_the_key_table_gives_v0220_on_mrv2_its_own_cost_column(root):
+    effects = {"series/pen": 0.85, "patched/pen": 0.99, "mrv2/pen": 0.95}
+    record = _import(root, synthetic_run(effects, 0.002, variants=("series", "patched", "mrv2")))
+    row = next(r for r in record["key_table"].splitlines() if r.startswith("| 64 | 2048 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert _share(cells[6]) == pytest.approx(0.05, abs=0.005)
+    assert _share(cells[5]) == pytest.approx(0.01, abs=0.005)
 
 
 def test_runs_at_one_shape_pool_their_rounds_on_one_gpu_model(root):
@@ -387,7 +398,20 @@ def test_the_reason_names_each_pools_gpu_and_seeding(root):
     for i, run in enumerate(runs):
         (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
     reason = gpu_engine_ab.penalty_cost("0.22.0")["reason"]
-    assert "B=64 L=2048 (H100, seeded)" in reason and "B=64 L=2048 (H200, seeded)" in reason
+    assert "B=64 L=2048 (H100, qwen3-0.6b-random, seeded)" in reason
+    assert "B=64 L=2048 (H200, qwen3-0.6b-random, seeded)" in reason
+
+
+def test_a_production_shape_run_pools_apart_and_names_its_model_and_entropy(root):
+    """A run of the 8B shape is not pooled with the small model's runs of the same cell."""
+    runs = [synthetic_run({"patched/pen": 0.97}, 0.03, n=4) for _ in range(2)]
+    entropy = {"output_entropy": {"measured_nats": 1.0032}, "model_runner": "V1"}
+    runs[1] |= {"model": "qwen3-8b", "workers": {"patched": entropy, "series": entropy}}
+    for i, run in enumerate(runs):
+        (root / "0.22.0" / f"penalties-ab-{i}.json").write_text(json.dumps(run))
+    reason = gpu_engine_ab.penalty_cost("0.22.0")["reason"]
+    assert "B=64 L=2048 (H100, qwen3-0.6b-random, seeded)" in reason
+    assert "B=64 L=2048 (H100, qwen3-8b, 1.00 nats, seeded)" in reason
 
 
 def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):

@@ -450,10 +450,15 @@ KEY_HEADER = (
     " table). patched / series, penalized over plain: patched's penalized/plain over"
     " the series', paired by round (the engines' difference taken out). '-': not in the run"
     " (or, in a run of an earlier patch form, left out).\n\n"
-    "| B | L | sampling | pristine cost | series cost | patched cost | patched / series, plain "
-    "(A/A) | patched / series, penalized over plain | GPU: run(s) |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "| B | L | sampling | pristine cost | series cost | patched cost | pristine on MRV2 cost "
+    "| patched / series, plain (A/A) | patched / series, penalized over plain "
+    "| GPU, model: run(s) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
 )
+
+
+#: The builds the key table gives a cost column: `mrv2` is v<pin> on Model Runner V2.
+BUILDS = ("pristine", "series", "patched", "mrv2")
 
 
 def key_rows(pool: Pool, found: dict) -> list[str]:
@@ -462,15 +467,15 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
     cells = stage_cells(pool.run, pool.stage)
     gpu_name = (pool.run.get("machine") or {}).get("gpu") or "GPU not recorded"
     dates = ", ".join(r.split(": ", 1)[0] for r in pool.runs)
-    label = f"{gpu_name.removeprefix('NVIDIA ')}: {dates}"
+    label = f"{gpu_name.removeprefix('NVIDIA ')}, {pool.model}: {dates}"
     label += " (earlier patch form: pristine only)" if pool.pristine_only else ""
-    builds = ("pristine",) if pool.pristine_only else ("pristine", "series", "patched")
+    builds = ("pristine", "mrv2") if pool.pristine_only else BUILDS
     rows = []
     for topkp in (False, True):
         if not any((b, topkp) in found for b in builds):
             continue
         ran = {v for v, _, t in cells if t == topkp}
-        cost = {b: "-" for b in ("pristine", "series", "patched")}
+        cost = dict.fromkeys(BUILDS, "-")
         cost |= {b: _cost_cell(found.get((b, topkp))) for b in builds if b in ran}
         plain_s, plain_p = (cells.get((b, False, topkp)) for b in ("series", "patched"))
         later = not pool.pristine_only
@@ -480,7 +485,7 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
         rows.append(
             f"| {pool.stage['batch']} | {pool.stage['output_len']} "
             f"| {_kind(topkp)}, {pool.seeded}{also} "
-            f"| {cost['pristine']} | {cost['series']} | {cost['patched']} "
+            f"| {cost['pristine']} | {cost['series']} | {cost['patched']} | {cost['mrv2']} "
             f"| {_interval_cell(aa)} | {_interval_cell(path)} | {label} |"
         )
     return rows
@@ -586,6 +591,12 @@ class Pool:
         return (self.run.get("machine") or {}).get("gpu") or "GPU not recorded"
 
     @property
+    def model(self) -> str:
+        """The model shape its runs measured (pools never mix shapes: `pool_key`), with the
+        next-token entropy the engines measured where they calibrated it."""
+        return model_of(self.run)
+
+    @property
     def has_topkp(self) -> bool:
         """Whether the pool's configs sample with top-k/top-p (its rounds had both)."""
         names = {c.split("/", 1)[1] for c in self.stage["cells"]}
@@ -595,24 +606,62 @@ class Pool:
     def label(self) -> str:
         """`B=32 L=2048 (H100, unseeded)`: the pool as the verdict's reason names it."""
         extra = ", top-k/top-p run" if self.has_topkp else ""
-        return f"{self.shape} ({gpu_model(self.gpu)}, {self.seeded}{extra})"
+        return f"{self.shape} ({gpu_model(self.gpu)}, {self.model}, {self.seeded}{extra})"
 
     @property
     def title(self) -> str:
         return (
-            f"{self.shape}, input {self.stage['input_len']}, {self.seeded}, {self.gpu} "
+            f"{self.shape}, input {self.stage['input_len']}, {self.seeded}, {self.gpu}, "
+            f"{self.model}, runner {runner_of(self.run)} "
             f"({len(self.runs)} run(s): {'; '.join(self.runs)})"
         )
 
 
+#: What runs before model shapes were recorded measured.
+DEFAULT_MODEL = "qwen3-0.6b-random"
+
+
+def model_of(run: dict) -> str:
+    """`qwen3-8b, 1.00 nats`: the run's model shape and the mean next-token entropy its engines
+    measured (verify.ab.output_entropy), where they calibrated one."""
+    name = run.get("model") or DEFAULT_MODEL
+    nats = sorted(
+        {
+            round(w["output_entropy"]["measured_nats"], 2)
+            for w in (run.get("workers") or {}).values()
+            if isinstance(w.get("output_entropy"), dict)
+        }
+    )
+    if not nats:
+        return name
+    span = f"{nats[0]:.2f}" if len(nats) == 1 else f"{nats[0]:.2f}-{nats[-1]:.2f}"
+    return f"{name}, {span} nats"
+
+
+def runner_of(run: dict) -> str:
+    """`V1` or `MRV2`: the runner the run's engines used (the front-end records it per
+    worker; runs that did not are V1, which the penalty script forced before)."""
+    runners = sorted({w.get("model_runner") or "V1" for w in (run.get("workers") or {}).values()})
+    return "/".join(runners) or "V1"
+
+
 def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
-    """Stages pool when they ran the same configs at the same shape on the same GPU model
-    (and, for runs of an earlier patch form, the same series)."""
+    """Stages pool when they ran the same configs at the same shape on the same GPU model,
+    model shape and runners (and, for runs of an earlier patch form, the same series)."""
     names = sorted({c.split("/", 1)[1] for c in stage["cells"]})
     configs = json.dumps({n: run["configs"][n] for n in names}, sort_keys=True)
     gpu_name = (run.get("machine") or {}).get("gpu")
     series = run.get("series_hash") if earlier else ""
-    return (series, gpu_name, stage["batch"], stage["output_len"], stage["input_len"], configs)
+    shape = (run.get("model") or DEFAULT_MODEL, runner_of(run))
+    return (
+        series,
+        gpu_name,
+        *shape,
+        stage["batch"],
+        stage["output_len"],
+        stage["input_len"],
+        configs,
+    )
 
 
 def same_code(run: dict, newest: dict, version: str) -> bool:
