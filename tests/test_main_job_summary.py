@@ -24,7 +24,8 @@ def _record(root: Path, step: str, outcome: str, reason: str = "", date: str = "
     path.parent.mkdir(parents=True, exist_ok=True)
     record = dict.fromkeys(results.REQUIRED[2], "")  # a whole record: readers refuse less
     record |= {"schema": 2, "step": step, "vllm_version": "9.9.0", "outcome": outcome,
-               "reason": reason, "date": date or results.now(), "numbers": {}, "tables": []}  # fmt: skip
+               "reason": reason, "date": date or results.now()}  # fmt: skip
+    record |= {"numbers": {}, "tables": []}
     path.write_text(json.dumps(record))
 
 
