@@ -18,6 +18,15 @@ from verify.errors import PatchbenchError
 
 _QWEN3 = {"model_type": "qwen3", "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
 _LLAMA = {"rope_theta": 500000.0, "rms_norm_eps": 1e-5, "mlp_bias": False, "attention_bias": False}
+#: The transformer body Llama-3.1-8B and Mistral-7B share.
+_LLAMA_BODY = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
 SHAPES: dict[str, dict] = {
     # Qwen3-8B: the dense shape of seed 003's users (and MRV2's default on 0.22.0)
     "qwen3-8b": {
@@ -38,12 +47,7 @@ SHAPES: dict[str, dict] = {
         **_LLAMA,
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
+        **_LLAMA_BODY,
         "vocab_size": 128256,
         "max_position_embeddings": 131072,
         "rope_scaling": {
@@ -59,12 +63,7 @@ SHAPES: dict[str, dict] = {
     "mistral-7b": {
         "model_type": "mistral",
         "architectures": ["MistralForCausalLM"],
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
+        **_LLAMA_BODY,
         "vocab_size": 32000,
         "max_position_embeddings": 32768,
         "rope_theta": 10000.0,
