@@ -22,7 +22,9 @@
 # client get the rest; 0: no pinning); PB_WHEEL=0 leaves the wheel out; PB_WORK (/root/pb-ab); PB_PLANT_MS (0.15, grit
 # 2: a pooling run has few engine steps); PB_BUNDLE: the bundle root (default /tmp/vllm-bundle, grit /tmp/vllm-0181); PB_SERVE_EXTRA:
 # more vllm serve arguments; grit retries with --enforce-eager if its servers fail to start
-# (PB_EAGER_RETRY=0: no retry).
+# (PB_EAGER_RETRY=0: no retry). Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py,
+# vLLM's dummy weights, with a word-level tokenizer) and PB_LOGIT_SCALE (the logit scale an
+# engine run calibrated for the target entropy: its record's workers[*].output_entropy).
 # Needs the pin's bundle installed (pieces a and b, one call each) and .gpu/overlay/<pin>.
 set -uo pipefail
 tag=${1:?usage: gpu_ab.sh TAG [mrv2|ngram|grit]}
@@ -46,6 +48,15 @@ case $workload in
     metric=(--metric request_throughput) ;;
   *) echo "unknown workload $workload (mrv2|ngram|grit)"; exit 2 ;;
 esac
+if [ -n "${PB_MODEL_SHAPE:-}" ] && [ "$kind" != plain ]; then
+  echo "PB_MODEL_SHAPE: only the mrv2 workload runs a production shape ($workload needs its own model)"
+  exit 2
+fi
+if [ -n "${PB_MODEL_SHAPE:-}" ]; then  # the shape on dummy weights, its whole-vocab tokenizer
+  model=/tmp/pb-$PB_MODEL_SHAPE kind=shape serve+=" --load-format dummy"
+  PYTHONPATH=. python3 -m verify.gpu.shapes "$PB_MODEL_SHAPE" "$model" --tokenizer || exit 5
+fi
+[ -n "${PB_LOGIT_SCALE:-}" ] && export PATCHBENCH_LOGIT_SCALE=$PB_LOGIT_SCALE
 test -f "$bundle/site/.ready" || { echo "no vLLM $version bundle at $bundle: install its pieces a and b"; exit 3; }
 overlay=$PWD/.gpu/overlay/$version
 test -f "$overlay/SERIES_HASH" || { echo "no overlay $overlay: carry .gpu/overlay/$version"; exit 3; }
@@ -53,14 +64,14 @@ export PYTHONPATH=$bundle/site PYTHONUNBUFFERED=1
 rm -rf "$work" && mkdir -p "$work" "$OUT/gpu"
 python3 - "$overlay" "$work/meta.json" "$tag $workload" "$sites" "$model" "$kind" "$bundle/site" \
   "$sites_root" "$wheel_root/site" "$dataset" <<'PY' || exit 4
-import json, sys; from pathlib import Path
+import json, os, sys; from pathlib import Path
 from verify.gpu import device, gritlm
 overlay, meta, args, sites, model, kind, bundle, sites_root, wheel, dataset = sys.argv[1:]
 overlay, wheel = Path(overlay), Path(wheel)
 if kind == "grit":
     device.build_grit_model(Path(model))
     gritlm.write_dataset(Path(dataset), 2000)
-else:
+elif kind != "shape":  # a production shape's config and tokenizer are written already
     device.build_model(Path(model), repeat=kind == "repeat")
 device.build_sites(overlay, set(sites.split()), Path(bundle), Path(sites_root))
 marker = next(wheel.glob("vllm/_patchbench.json"), None)
@@ -70,6 +81,8 @@ Path(meta).write_text(json.dumps({
     "patch_hashes": json.loads((overlay / "PATCH_HASHES.json").read_text()),
     "command": f"bash scripts/gpu_ab.sh {args}",
     "workload": args.split()[1],
+    "model": Path(model).name.removeprefix("pb-"),
+    "logit_scale": os.environ.get("PATCHBENCH_LOGIT_SCALE"),
     "wheel": device.installed_wheel(wheel, overlay / "patched") if marker else None,
 }))
 PY

@@ -81,3 +81,46 @@ def test_planted_shim_chains_the_cpu_shim(tmp_path: Path):
     code = "from vllm.utils.torch_utils import async_tensor_h2d as f; print(f(1, 2, 3))"
     out = _run([PLANT_SITE, SHIMS, tmp_path], code, PATCHBENCH_PLANT_DELAY_MS="1")
     assert out == "False"
+
+
+FAKE_LOGITS = (
+    "class LogitsProcessor:\n"
+    "    def __init__(self, vocab, scale=1.0):\n"
+    "        self.vocab, self.scale = vocab, scale\n"
+    "    def forward(self, x):\n"
+    "        return x * self.scale\n"
+)
+
+
+def test_the_logit_scale_shim_scales_every_logits_processor(tmp_path: Path):
+    from verify.ab.__main__ import LOGIT_SCALE_SITE
+
+    _fake_vllm(tmp_path, "vllm.model_executor.layers.logits_processor", FAKE_LOGITS)
+    code = "from vllm.model_executor.layers.logits_processor import LogitsProcessor as L\n"
+    code += "print(L(10).scale, L(10, scale=3.0).forward(2))"
+    out = _run([LOGIT_SCALE_SITE, tmp_path], code, PATCHBENCH_LOGIT_SCALE="250000")
+    assert out == "250000.0 500000.0"
+    assert _run([LOGIT_SCALE_SITE, tmp_path], code) == "1.0 6.0"  # unset: untouched
+
+
+def test_a_planted_variant_stacks_its_shim_on_the_logit_scale(tmp_path: Path):
+    """Two shims fix the same module: the planted one chains to the logit scale's, and both
+    fix-ups run (verify.after_import passes a module through every finder that wants it)."""
+    from verify.ab.__main__ import LOGIT_SCALE_SITE
+
+    _fake_vllm(tmp_path, "vllm.model_executor.layers.logits_processor", FAKE_LOGITS)
+    code = "import vllm.model_executor.layers.logits_processor as m\n"
+    code += "print(m.PATCHBENCH_LOGIT_SCALE, m.PATCHBENCH_PLANTED_GPU_DELAY_S)"
+    out = _run([PLANT_SITE, LOGIT_SCALE_SITE, tmp_path], code, PATCHBENCH_LOGIT_SCALE="2",
+               PATCHBENCH_PLANT_GPU_US="50")  # fmt: skip
+    assert out == "2.0 5e-05"
+
+
+def test_a_variant_gets_the_logit_scale_shim_only_when_a_scale_is_asked(tmp_path, monkeypatch):
+    from verify.ab.__main__ import LOGIT_SCALE_SITE, variant_env
+
+    monkeypatch.delenv("PATCHBENCH_LOGIT_SCALE", raising=False)
+    plain = variant_env("a", ["/site"], {}, tmp_path)
+    assert plain["PYTHONPATH"] == "/site"
+    scaled = variant_env("a", ["/site"], {"PATCHBENCH_LOGIT_SCALE": "5"}, tmp_path)
+    assert scaled["PYTHONPATH"].split(os.pathsep) == ["/site", str(LOGIT_SCALE_SITE)]

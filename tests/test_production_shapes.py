@@ -163,3 +163,15 @@ def test_distinct_outputs_are_kept_whole_once(tmp_path):
     assert keep_tokens([[1, 2], [4]], env) != first
     assert len(list((tmp_path / "tokens").iterdir())) == 2
     assert keep_tokens([[1]], {}) is None
+
+
+def test_the_word_level_tokenizer_covers_the_whole_vocabulary_and_round_trips(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    path = shapes.write_tokenizer(tmp_path / "tok", 151936)
+    tok = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    assert tok.get_vocab_size() == 151936
+    ids = [5, 151935, 4000, 2]
+    text = tok.decode(ids, skip_special_tokens=False)
+    assert text == "t5 t151935 t4000 </s>" and tok.encode(text).ids == ids
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    assert config["eos_token"] == "</s>" and config["unk_token"] == "<unk>"

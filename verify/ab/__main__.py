@@ -67,6 +67,10 @@ from verify.ab.engines import (
 from verify.ab.servers import Server, free_port, say
 
 PLANT_SITE = Path(__file__).resolve().parent / "plant"
+#: A dummy-weight model's calibrated logit scale for processes the harness does not drive
+#: (`vllm serve`): verify/ab/logit_scale.
+LOGIT_SCALE_SITE = Path(__file__).resolve().parent / "logit_scale"
+LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
@@ -101,8 +105,11 @@ def is_full_install(site: Path) -> bool:
 
 
 def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
-    """The process environment of one variant: its import roots, its own compile cache,
-    Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
+    """The process environment of one variant: its import roots (and, where a logit scale is
+    asked for, the shim that applies it), its own compile cache, Inductor's deterministic mode,
+    then the variant's own KEY=VALUE pairs."""
+    if {**os.environ, **env}.get(LOGIT_SCALE_ENV):
+        paths = [*paths, str(LOGIT_SCALE_SITE)]
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),

@@ -3,9 +3,11 @@ other shapes the seeds name), for vLLM's `load_format="dummy"`, which makes the 
 
     python3 -m verify.gpu.shapes qwen3-8b /tmp/pb-qwen3-8b   # writes DIR/config.json
 
-A shape's numbers are its published model card's `config.json` (the fields vLLM reads); no
-tokenizer is written: engines run with `skip_tokenizer_init=True` on prompt token ids. Standard
-library only (runs on the device before vLLM is importable, and in CI)."""
+A shape's numbers are its published model card's `config.json` (the fields vLLM reads). Engines
+run with `skip_tokenizer_init=True` on prompt token ids; for `vllm serve` and `vllm bench serve`,
+`--tokenizer` also writes a word-level tokenizer of the shape's whole vocabulary (token i is the
+word `t<i>`, so any sampled id decodes and random prompts round-trip exactly). Standard library
+only at import (the tokenizer needs `tokenizers`, which the GPU image has)."""
 
 from __future__ import annotations
 
@@ -122,6 +124,27 @@ def write(name: str, path: Path) -> Path:
     return path
 
 
+#: The tokenizer's special words: ids 0, 1, 2 (the shapes' bos and eos ids are 0 and 2).
+SPECIAL = ("<unk>", "<s>", "</s>")
+
+
+def write_tokenizer(path: Path, vocab_size: int) -> Path:
+    """A word-level tokenizer of `vocab_size` ids into `path` (tokenizer.json and its config)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {word: i for i, word in enumerate(SPECIAL)}
+    vocab |= {f"t{i}": i for i in range(len(SPECIAL), vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL[0]))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 20}
+    config |= dict(zip(("unk_token", "bos_token", "eos_token"), SPECIAL, strict=True))
+    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
 def kv_bytes_per_token(cfg: dict) -> int:
     """KV-cache bytes one token takes (every layer's K and V heads, bf16)."""
     return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * BYTES
@@ -148,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("shape", help=f"one of {sorted(SHAPES)}")
     parser.add_argument("path", type=Path, help="folder for config.json")
+    parser.add_argument("--tokenizer", action="store_true", help="and a word-level tokenizer")
     args = parser.parse_args(argv)
     try:
         cfg = config(args.shape)
@@ -155,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write(args.shape, args.path)
+    if args.tokenizer:
+        write_tokenizer(args.path, cfg["vocab_size"])
     print(f"{args.path}/config.json: {args.shape}, {parameters(cfg) / 1e9:.2f}B parameters")
     return 0
 

@@ -82,30 +82,12 @@ def _plant_gpu(module) -> None:
     module.PATCHBENCH_PLANTED_GPU_DELAY_S = _GPU_DELAY_S
 
 
+_spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
+_hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_hooks)
 if _DELAY_S > 0:
-    _spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
-    _hooks = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_hooks)
     _hooks.after_import("vllm.v1.core.sched.scheduler", _plant)
 if _GPU_DELAY_S > 0:
-    _spec = importlib.util.spec_from_file_location("_patchbench_after_import", _HOOKS)
-    _hooks = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_hooks)
     _hooks.after_import("vllm.model_executor.layers.logits_processor", _plant_gpu)
-
-
-def _chain_next_sitecustomize() -> None:
-    """Run the sitecustomize this one shadows (e.g. the CPU tier's shim), if any."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for entry in sys.path:
-        if not entry or os.path.abspath(entry) == here:
-            continue
-        candidate = os.path.join(entry, "sitecustomize.py")
-        if os.path.isfile(candidate):
-            with open(candidate) as fh:
-                code = compile(fh.read(), candidate, "exec")
-            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
-            return
-
-
-_chain_next_sitecustomize()
+# the shims after this one on the path (the logit scale, the CPU tier's) run too
+_hooks.chain_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)), sys.path)
