@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import evidence, results
+from verify import evidence, paths, results
 from verify.series import series_hash
 
 V = "0.22.0"
@@ -102,3 +102,93 @@ def test_run_folders_respect_the_callers(tmp_path, monkeypatch):
     with evidence.run_folders(V) as run:
         assert (run.results, run.reports, run.own) == (tmp_path / "r", tmp_path / "p", False)
     assert not (tmp_path / "build").exists()
+
+
+class StubSession:
+    """A nox session of `verify-0.22.0` whose CPU-tier commands write quick records into the
+    run's folder; every other command is only noted."""
+
+    def __init__(self, posargs: list[str]):
+        self.posargs, self.name, self.commands = posargs, "verify-0.22.0", []
+
+    def run(self, *args: str, env: dict | None = None, **kwargs) -> None:
+        self.commands.append((args, env))
+        if "verify.e2e" in args:
+            step = args[args.index("verify.e2e") + 1]
+            sizes = {"tokens": {"tokens_per_root": 100}, "embed": {"vectors": 32},
+                     "serve": {"repeats": 2}}  # fmt: skip
+            for name in ("e2e-serve-bench", "e2e-gsm8k") if step == "serve" else ():
+                put(
+                    paths.results_root(),
+                    f"cpu/{V}/{name}.json",
+                    record(name, **sizes[step]),
+                )
+            if step != "serve":
+                name = {"tokens": "e2e-token-identity", "embed": "e2e-embeddings"}[step]
+                put(
+                    paths.results_root(),
+                    f"cpu/{V}/{name}.json",
+                    record(name, **sizes[step]),
+                )
+
+    def log(self, *args) -> None:
+        pass
+
+    warn = error = log
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch, loaded_noxfile) -> Path:
+    """A checkout with a committed 12-round serve bench and a report; the main job's apply,
+    check, equivalence and report stubbed (report writes one file)."""
+    repo = tmp_path / "repo"
+    put(repo / "results", SERVE, record("e2e-serve-bench", repeats=12))
+    (repo / "reports" / V).mkdir(parents=True)
+    (repo / "reports" / V / "README.md").write_text("committed\n")
+    for name in ("PATCHBENCH_RESULTS_DIR", "PATCHBENCH_REPORTS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATCHBENCH_REPO", str(repo))
+    monkeypatch.setenv("PATCHBENCH_PATCHES_DIR", str(Path(__file__).parent.parent / "patches"))
+    monkeypatch.setenv("PATCHBENCH_BUILD_DIR", str(tmp_path / "build"))
+
+    def tool(session, *args: str) -> None:
+        if args[0] == "report":
+            (paths.reports_root() / V).mkdir(parents=True, exist_ok=True)
+            (paths.reports_root() / V / "README.md").write_text("this run\n")
+
+    monkeypatch.setattr(loaded_noxfile, "_tool", tool)
+    monkeypatch.setattr(loaded_noxfile, "_equivalence", lambda session, version: None)
+    return repo
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_default_run_leaves_the_committed_evidence_alone(checkout, loaded_noxfile, capsys):
+    before = snapshot(checkout)
+    loaded_noxfile.verify(StubSession(["--quick"]), V)
+    assert snapshot(checkout) == before
+    out = capsys.readouterr().out
+    [run] = (checkout.parent / "build" / "runs").iterdir()
+    assert (
+        f"verify-0.22.0 wrote its records to {run}/results and its reports to {run}/reports; "
+        "results/ and reports/ are unchanged (`-- --record` records into them)" in out
+    )
+    assert json.loads((run / "results" / SERVE).read_text())["numbers"] == {"repeats": 2}
+    assert (run / "reports" / V / "README.md").read_text() == "this run\n"
+
+
+def test_record_keeps_the_stronger_and_says_so(checkout, loaded_noxfile, capsys):
+    committed = (checkout / "results" / SERVE).read_bytes()
+    session = StubSession(["--quick", "--record"])
+    loaded_noxfile.verify(session, V)
+    out = capsys.readouterr().out
+    assert f"kept     {SERVE}: new is 2 rounds < 12" in out
+    assert "replaced cpu/0.22.0/e2e-token-identity.json: no committed record" in out
+    assert (checkout / "results" / SERVE).read_bytes() == committed
+    assert (checkout / "results" / "cpu" / V / "e2e-token-identity.json").exists()
+    args, env = session.commands[-1]
+    assert args[-2:] == ("report", V)  # reports/ rebuilt from results/ after recording
+    assert env == {"PATCHBENCH_RESULTS_DIR": str(checkout / "results"),
+                   "PATCHBENCH_REPORTS_DIR": str(checkout / "reports")}  # fmt: skip
