@@ -192,3 +192,20 @@ def test_record_keeps_the_stronger_and_says_so(checkout, loaded_noxfile, capsys)
     assert args[-2:] == ("report", V)  # reports/ rebuilt from results/ after recording
     assert env == {"PATCHBENCH_RESULTS_DIR": str(checkout / "results"),
                    "PATCHBENCH_REPORTS_DIR": str(checkout / "reports")}  # fmt: skip
+
+
+def test_force_without_record_runs_nothing(checkout, loaded_noxfile):
+    session = StubSession(["--force"])
+
+    def error(message: str) -> None:
+        raise RuntimeError(message)
+
+    session.error = error
+    with pytest.raises(RuntimeError, match=r"--force only applies to --record") as info:
+        loaded_noxfile.verify(session, V)
+    assert session.commands == []
+    assert not (checkout.parent / "build" / "runs").exists()
+    assert (
+        str(info.value)
+        == "--force only applies to --record (`-- --record --force`); nothing was run"
+    )
