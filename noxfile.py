@@ -8,15 +8,17 @@ sessions that import vLLM or torch build their own cached virtualenvs."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from verify import paths  # noqa: E402
+from verify import evidence, paths  # noqa: E402
 from verify.progress import Steps  # noqa: E402
 from verify.runtime import PIP_RESUME_RETRIES, with_retries  # noqa: E402
 from verify.verdicts import Verdict  # noqa: E402
@@ -44,6 +46,64 @@ def _install(session: nox.Session, *args: str) -> None:
 
 def _tool(session: nox.Session, *args: str) -> None:
     session.run(sys.executable, "-m", "verify", *args, external=True)
+
+
+def _record_flags(session: nox.Session) -> tuple[bool, bool, list[str]]:
+    """(`--record`, `--force`, the other arguments after `--`). A `--record` followed by a
+    name is verify.e2e's own option (the tokens step's record name) and is passed on."""
+    args, record, force, rest = list(session.posargs), False, False, []
+    for i, arg in enumerate(args):
+        if arg == "--record" and (args[i + 1 : i + 2] or ["-"])[0].startswith("-"):
+            record = True
+        elif arg == "--force":
+            force = True
+        else:
+            rest.append(arg)
+    if force and not record:
+        session.error("--force only applies to --record (`-- --record --force`); nothing was run")
+    return record, force, rest
+
+
+@contextlib.contextmanager
+def _run_folders(session: nox.Session, version: str) -> Iterator[list[str]]:
+    """Run the block with this run's results/reports folders set (verify/evidence.py), yielding
+    the arguments other than --record/--force; then say where it wrote and, with `--record`,
+    record into the checkout's results/ and reports/ (`_record`)."""
+    record, force, rest = _record_flags(session)
+    with evidence.run_folders(version) as run:
+        session.log(f"records of this run: {run.results}; reports: {run.reports}")
+        try:
+            yield rest
+        finally:
+            print(_where(session.name, run, record), flush=True)
+            if record:
+                _record(session, version, run, force)
+
+
+def _where(name: str, run: evidence.RunFolders, record: bool) -> str:
+    """Where the run `name` wrote, and whether the committed evidence was touched."""
+    text = f"{name} wrote its records to {run.results} and its reports to {run.reports}"
+    if record:
+        return f"{text}; recording them into results/ and reports/ (--record)"
+    if run.own:
+        return f"{text}; results/ and reports/ are unchanged (`-- --record` records into them)"
+    return f"{text} (set by PATCHBENCH_RESULTS_DIR / PATCHBENCH_REPORTS_DIR)"
+
+
+def _record(session: nox.Session, version: str, run: evidence.RunFolders, force: bool) -> None:
+    """Copy the run's records into results/ where each is at least as strong as the committed
+    one (or `force`), print which were replaced and which kept (why), then write
+    reports/<version>/ from results/."""
+    from verify import locks
+
+    tracked = paths.repo_root()
+    with locks.pin_lock(version):
+        decisions = evidence.promote(version, run.results, force, tracked / "results")
+    lines = [d.line() for d in decisions] or ["no record of this run differs from results/"]
+    print(f"recorded into {tracked / 'results'}:\n  " + "\n  ".join(lines), flush=True)
+    folders = {evidence.RESULTS_VAR: str(tracked / "results"),
+               evidence.REPORTS_VAR: str(tracked / "reports")}  # fmt: skip
+    session.run(sys.executable, "-m", "verify", "report", version, env=folders, external=True)
 
 
 def _per_version(name: str, help_text: str, pins=PINNED, **kwargs):
@@ -89,8 +149,9 @@ def export(session: nox.Session, version: str) -> None:
 @_per_version("equivalence", "heavy, ~5-15 min (torch + the pin's requirements): pristine vs "
               "patched equivalence tests on this CPU", tags=[*HEAVY, "equivalence"])  # fmt: skip
 def equivalence(session: nox.Session, version: str) -> None:
-    _tool(session, "apply", version)
-    _equivalence(session, version, session.posargs)
+    with _run_folders(session, version) as args:
+        _tool(session, "apply", version)
+        _equivalence(session, version, args)
 
 
 def _equivalence_env(session: nox.Session, version: str) -> None:
@@ -168,10 +229,13 @@ def wheel(session: nox.Session, version: str) -> None:
     _tool(session, "wheel", version, *session.posargs)
 
 
-@_per_version("report", "[seconds] PR-ready report per patch (reports/<v>/) from results/",
+@_per_version("report", "[seconds] PR-ready report per patch from results/, into a run folder "
+              "(`-- --record`: into reports/<v>/)",
               venv_backend="none", tags=FAST)  # fmt: skip
 def report(session: nox.Session, version: str) -> None:
-    _tool(session, "report", version)
+    """`-- --record`: into reports/ (from results/); by default into a run folder."""
+    with _run_folders(session, version):
+        _tool(session, "report", version)
 
 
 @nox.session(venv_backend="none", tags=FAST)
@@ -206,28 +270,38 @@ def _cpu_pins() -> list[str]:
 
 
 def _e2e(session: nox.Session, *args: str) -> None:
-    session.run(sys.executable, "-m", "verify.e2e", *args, *session.posargs, external=True)
+    session.run(sys.executable, "-m", "verify.e2e", *args, external=True)
+
+
+def _cpu_session(version: str, body: Callable[[nox.Session, list[str]], None]):
+    """A CPU-tier session of `version`: `body(session, arguments for verify.e2e)` in a run
+    folder (`_run_folders`)."""
+
+    def session_func(session: nox.Session) -> None:
+        with _run_folders(session, version) as args:
+            body(session, args)
+
+    return session_func
+
+
+def _e2e_tier(session: nox.Session, v: str, args: list[str]) -> None:
+    _e2e(session, "tokens", "--version", v, *args)
+    _e2e(session, "embed", "--version", v, *args)
+    session.run(sys.executable, "-m", "pytest", "tests/cpu_tier", "-m", "slow", "-q",
+                env={"PATCHBENCH_SLOW": "1"}, external=True)  # fmt: skip
 
 
 for _v in _cpu_pins():
-
-    @nox.session(name=f"e2e-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
-    def _e2e_session(session: nox.Session, _v: str = _v) -> None:
-        """heavy, ~15 min (+6 GB venv once): CPU tokens + embeddings A/B, broken-patch test."""
-        _e2e(session, "tokens", "--version", _v)
-        _e2e(session, "embed", "--version", _v)
-        session.run(sys.executable, "-m", "pytest", "tests/cpu_tier", "-m", "slow", "-q",
-                    env={"PATCHBENCH_SLOW": "1"}, external=True)  # fmt: skip
-
-    @nox.session(name=f"serve-bench-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
-    def _serve_bench_session(session: nox.Session, _v: str = _v) -> None:
-        """heavy, ~15 min: CPU vllm serve + vllm bench serve, interleaved A/B, ratio + CI."""
-        _e2e(session, "serve-bench", "--version", _v)
-
-    @nox.session(name=f"gsm8k-{_v}", venv_backend="none", tags=[*HEAVY, "cpu-tier"])
-    def _gsm8k_session(session: nox.Session, _v: str = _v) -> None:
-        """heavy, ~20 min: CPU lm_eval gsm8k (local data) on both roots; identical responses."""
-        _e2e(session, "gsm8k", "--version", _v)
+    _cpu = {"venv_backend": "none", "tags": [*HEAVY, "cpu-tier"]}
+    _s = _cpu_session(_v, lambda s, a, v=_v: _e2e_tier(s, v, a))
+    _s.__doc__ = "heavy, ~15 min (+6 GB venv once): CPU tokens + embeddings A/B, broken-patch test."
+    nox.session(name=f"e2e-{_v}", **_cpu)(_s)
+    _s = _cpu_session(_v, lambda s, a, v=_v: _e2e(s, "serve-bench", "--version", v, *a))
+    _s.__doc__ = "heavy, ~15 min: CPU vllm serve + vllm bench serve, interleaved A/B, ratio + CI."
+    nox.session(name=f"serve-bench-{_v}", **_cpu)(_s)
+    _s = _cpu_session(_v, lambda s, a, v=_v: _e2e(s, "gsm8k", "--version", v, *a))
+    _s.__doc__ = "heavy, ~20 min: CPU lm_eval gsm8k (local data), both roots; identical responses."
+    nox.session(name=f"gsm8k-{_v}", **_cpu)(_s)
 
 
 # --- the main job: one command per pin ---
@@ -235,8 +309,20 @@ for _v in _cpu_pins():
               "recipe exists): the main job: apply, check, equivalence, CPU tier, report, "
               "summary table", tags=[*HEAVY, "main-job"])  # fmt: skip
 def verify(session: nox.Session, version: str) -> None:
-    """`-- --quick` runs the CPU tier reduced (as CI does)."""
-    quick = ["--quick"] if "--quick" in session.posargs else []
+    """`-- --quick` runs the CPU tier reduced (as CI does); `-- --record` records into results/
+    and reports/ (a record only over a weaker one; `--force`: over any)."""
+    with _run_folders(session, version) as args:
+        steps = _main_steps(session, version, ["--quick"] if "--quick" in args else [])
+        print(steps.table(), flush=True)
+    if steps.failed:
+        session.error(f"verify-{version}: {', '.join(steps.failed)} did not pass")
+    unresolved = [r.name for r in steps.results.values() if r.outcome not in PASSING]
+    if unresolved:
+        session.warn(f"verify-{version}: {', '.join(unresolved)} did not resolve (see the table)")
+
+
+def _main_steps(session: nox.Session, version: str, quick: list[str]) -> Steps:
+    """Run the main job's steps; their results."""
     cpu = ["cpu tier: tokens", "cpu tier: embed", "cpu tier: serve + gsm8k"]
     steps = Steps(f"verify-{version}", ["apply", "check", "equivalence", *cpu, "report"])
     steps.run("apply", lambda: _tool(session, "apply", version))
@@ -250,12 +336,7 @@ def verify(session: nox.Session, version: str) -> None:
         for name in cpu:
             steps.not_applicable(name, f"no CPU runtime recipe for vLLM {version}")
     steps.run("report", lambda: _tool(session, "report", version), needs=("apply",))
-    print(steps.table(), flush=True)
-    if steps.failed:
-        session.error(f"verify-{version}: {', '.join(steps.failed)} did not pass")
-    unresolved = [r.name for r in steps.results.values() if r.outcome not in PASSING]
-    if unresolved:
-        session.warn(f"verify-{version}: {', '.join(unresolved)} did not resolve (see the table)")
+    return steps
 
 
 #: The records each CPU-tier step of the main job writes (results/cpu/<v>/<name>.json).

@@ -159,6 +159,34 @@ def test_commits_made_in_the_tree_keep_the_contributors_identity(make_tree):
     assert exported[-1].trailers["Signed-off-by"] == f"{CONTRIBUTOR[0]} <{CONTRIBUTOR[1]}>"
 
 
+def test_a_patch_re_authored_for_upstream_names_the_contributor(make_tree):
+    """README's commands: a committed patch (authored by the project identity, no sign-off) is
+    re-authored on a branch of the build tree; the series itself is unchanged."""
+    tree = make_tree()
+    tree.apply()
+    project = {k: v for k, v in IDENTITY.items() if k.startswith("GIT_AUTHOR")}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in project.items():
+            mp.setenv(name, value)
+        commit_change(tree, "vllm/sampler.py", "return x + 1\n", "return x + 100\n", "[Perf] A")
+    [patch] = tree.export()
+    assert "From: vllm-patchbench <patchbench@example.invalid>" in patch.path.read_text()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_AUTHOR")}
+    for command in (
+        ["switch", "-q", "-c", "upstream-pr", "main"],
+        ["commit", "-q", "--amend", "--no-edit", "--reset-author", "-s"],
+        ["format-patch", "-q", "-1", "-o", "../upstream-pr"],
+        ["switch", "-q", "main"],
+    ):
+        subprocess.run(["git", *command], cwd=tree.path, check=True, env=env)  # fmt: skip
+    [out] = (tree.path.parent / "upstream-pr").iterdir()
+    text = out.read_text()
+    assert f"From: {CONTRIBUTOR[0]} <{CONTRIBUTOR[1]}>" in text
+    assert f"Signed-off-by: {CONTRIBUTOR[0]} <{CONTRIBUTOR[1]}>" in text
+    assert "From: vllm-patchbench" in patch.path.read_text()
+    assert tree.check().ok
+
+
 def test_apply_works_without_any_git_identity(make_tree, tmp_path, monkeypatch):
     tree = make_tree()
     _two_patch_series(tree)
