@@ -4,6 +4,8 @@ trust (not applicable / not run / stale), numbers from records only, paste-ready
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -230,7 +232,8 @@ def test_the_registry_headline_step_is_the_headline(make_tree, workspace):
 
 
 def test_a_stale_headline_says_the_current_form_is_not_measured(make_tree, workspace):
-    serve = ("serve-x", "pass", {"reason": "throughput 1.2 [1.1, 1.3]", "patches": {"faster-penalties": "0ld0ld0ld0ld"}})
+    old = {"faster-penalties": "0ld0ld0ld0ld"}
+    serve = ("serve-x", "pass", {"reason": "throughput 1.2 [1.1, 1.3]", "patches": old})
     serve_step = 'command = "vllm bench serve --model $MODEL"\n'
     entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
     _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
@@ -387,3 +390,22 @@ def test_ratio_table_names_a_nested_group_once():
         "| A/A",
     ]
     assert sum("a long title" in row for row in rows) == 1
+
+
+BODIES = sorted(
+    p for p in (REPO / "reports").glob("*/0*.md") if not p.name.endswith("-appendix.md")
+)
+#: Project words no committed body may use (verify.body.PLAIN says what it says instead).
+VOCABULARY = re.compile(r"\b(series|pristine|A/B core|planted|pools?|turns|lent|sessions?)\b")
+
+
+@pytest.mark.parametrize("path", BODIES, ids=lambda p: f"{p.parent.name}/{p.name[:4]}")
+def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= body.MAX_LINES
+    assert "**Headline:**" in "\n".join(text.splitlines()[: body.HEAD_LINES])
+    prose = re.sub(r"```bash\n.*?```", "", text, flags=re.S)
+    assert not VOCABULARY.search(prose), VOCABULARY.search(prose)
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        run = subprocess.run(["bash", "-n"], input=block, text=True, capture_output=True)
+        assert run.returncode == 0, (block, run.stderr)
