@@ -145,7 +145,8 @@ def headline(ev: PatchEvidence) -> str:
     clause = next((p for p in records[0].get("reason", "").split("; ") if p), state)
     named = re.search(r"\b(H100|H200|A100|CPU)\b", clause)
     where = "" if named else ", ".join(_context(records[0]))
-    return plain(f"{clause} vs v{ev.version}" + (f" ({where})" if where else ""), ev.version) + (
+    versus = "" if re.search(r"/| vs ", clause) else f" vs v{ev.version}"  # a ratio names its own
+    return plain(f"{clause}{versus}" + (f" ({where})" if where else ""), ev.version) + (
         f" - {state}" if state != verdicts.PASS else ""
     )
 
