@@ -4,14 +4,18 @@ trust (not applicable / not run / stale), numbers from records only, paste-ready
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import TRAILERS, commit_change
-from verify import registry, report
+from verify import body, registry, report
 from verify.errors import PatchbenchError
 from verify.series import read_series, series_hash
 
+REPO = Path(__file__).resolve().parents[1]
 ENTRY = """title = "Faster penalties"
 devices = ["cpu"]
 upstream_figure = "PR #1: 2x faster"
@@ -68,6 +72,46 @@ not_applicable = "CUDA logits keep the dense path"
 """
 
 
+TEMPLATE_22 = """<!-- markdownlint-disable -->
+PLEASE FILL IN THE PR DESCRIPTION HERE.
+
+## Purpose
+
+## Test Plan
+
+## Test Result
+
+---
+<details>
+<summary> Checklist </summary>
+
+- [ ] The purpose of the PR.
+</details>
+
+**BEFORE SUBMITTING** (anything below is removed)
+"""
+TEMPLATE_33 = """<!-- markdownlint-disable -->
+
+## Overview
+
+<!-- Summarize the change in 1-2 lines. -->
+
+## Claims
+
+## Validation
+
+## Details
+
+---
+
+<details>
+<summary> Pull Request Checklist </summary>
+
+- [ ] **Design Fit:** ...
+</details>
+"""
+
+
 def _record(step, outcome, reason="", numbers=None, patches=None, series="current"):
     return {
         "schema": 2, "step": step, "seed": "x", "vllm_version": "9.9.0", "series_hash": series,
@@ -83,16 +127,19 @@ def built(make_tree, workspace):
     return _build(make_tree, workspace)
 
 
-def _build(make_tree, workspace, extra: dict | None = None, entry: str = ENTRY):
+def _build(make_tree, workspace, extra=None, entry=ENTRY, template: str | None = TEMPLATE_22):
     """(index, the patch's report) of a one-patch release with records of some steps;
     `extra`: {file name: (step, outcome, other fields)}: more records of the current patch;
-    `entry`: the patch's registry entry."""
+    `entry`: the patch's registry entry; `template`: the build tree's PR template (None: none)."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(
         tree, "vllm/sampler.py", "x + 1\n", "x - 1\n", "[Perf] Faster penalties", TRAILERS
     )
     tree.export()
+    if template is not None:  # after the export: the file is the sdist's, not a change
+        (tree.path / ".github").mkdir(exist_ok=True)
+        (tree.path / body.TEMPLATE).write_text(template)
     patches = workspace / "patches"
     (patches / "registry").mkdir()
     (patches / "registry" / "faster-penalties.toml").write_text(entry)
@@ -122,45 +169,86 @@ def _build(make_tree, workspace, extra: dict | None = None, entry: str = ENTRY):
     out.mkdir(parents=True)
     for name, data in records.items():
         (out / name).write_text(json.dumps(data))
-    index = report.build("9.9.0", workspace / "reports", patches, workspace / "results")
+    index = report.build(
+        "9.9.0", workspace / "reports", patches, workspace / "results", workspace / "build"
+    )
     return index, (index.parent / "0001-Perf-Faster-penalties.md").read_text()
 
 
-def test_report_is_in_pr_template_order_with_numbers_from_records(built):
+def test_body_is_the_pins_template_with_the_headline_first(built):
     _, text = built
     assert text.index("## Purpose") < text.index("## Test Plan") < text.index("## Test Result")
-    assert "Measured effect: Penalty build A/B: **pass** - faster: time 0.500" in text
-    assert "Upstream's own figure: PR #1: 2x faster." in text
-    assert "| time_patched_over_pristine | 0.500 [0.450, 0.550] | 6 | 4.0% |" in text
+    head = "\n".join(text.splitlines()[: body.HEAD_LINES])
+    assert "Faster penalties." in head
+    assert "faster: time 0.500 [0.450, 0.550], n=6 vs v9.9.0 (CPU (AMD EPYC))" in head
+    assert text.rstrip().endswith("(anything below is removed)")  # the checklist as shipped
+    assert "PLEASE FILL" not in text
 
 
-def test_the_registry_headline_step_is_the_measured_effect(make_tree, workspace):
+def test_a_newer_template_gets_its_own_sections(make_tree, workspace):
+    _, text = _build(make_tree, workspace, template=TEMPLATE_33)
+    names = [line for line in text.splitlines() if line.startswith("## ")]
+    assert names == ["## Overview", "## Claims", "## Validation", "## Details"]
+    assert "faster: time 0.500" in "\n".join(text.splitlines()[: body.HEAD_LINES])
+    assert "<summary> Pull Request Checklist </summary>" in text
+
+
+def test_a_pin_without_a_template_is_a_named_error(make_tree, workspace, monkeypatch):
+    monkeypatch.setattr(body.sdist, "cache_dir", lambda: workspace / "no-cache")
+    with pytest.raises(PatchbenchError, match="no .github/PULL_REQUEST_TEMPLATE.md"):
+        _build(make_tree, workspace, template=None)
+
+
+def test_an_unknown_template_section_is_a_named_error(make_tree, workspace):
+    with pytest.raises(PatchbenchError, match="section 'Motivation'"):
+        _build(make_tree, workspace, template=TEMPLATE_22.replace("Purpose", "Motivation"))
+
+
+@pytest.mark.parametrize(
+    "version, sections",
+    [
+        ("0.22.0", ["Purpose", "Test Plan", "Test Result"]),
+        ("0.33.0", ["Overview", "Claims", "Validation", "Details"]),
+    ],
+)
+def test_the_real_pins_templates(version, sections, monkeypatch):
+    monkeypatch.setenv("PATCHBENCH_BUILD_DIR", str(REPO / "build"))
+    monkeypatch.setenv("PATCHBENCH_CACHE_DIR", str(Path.home() / ".cache" / "vllm-patchbench"))
+    try:
+        tmpl = body.read_template(version)
+    except PatchbenchError as exc:
+        pytest.skip(f"no build tree or cached sdist of {version}: {exc}")
+    assert tmpl.sections == sections
+    assert tmpl.trailer[0] == "---" and "</details>" in tmpl.trailer
+
+
+def test_the_registry_headline_step_is_the_headline(make_tree, workspace):
     serve = ("serve-x", "no difference resolved", {"reason": "throughput 1.01 [0.97, 1.05]"})
     serve_step = 'command = "vllm bench serve --model $MODEL"\n'
     entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
     _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
-    effect = "Measured effect: Serving benchmark: **no difference resolved** - throughput 1.01"
-    assert effect in text
+    assert "**Headline:** throughput 1.01 [0.97, 1.05] vs v9.9.0" in text
+    assert "- no difference resolved" in text
 
 
-def test_a_key_table_is_shown_in_the_report_before_ratio_tables(make_tree, workspace):
-    key = "| B | pristine cost | patched cost |\n|---|---|---|\n| 64 | 43.4% | 2.5% |"
-    serve = ("serve-x", "pass", {"key_table": key})
-    index, text = _build(make_tree, workspace, {"serve.json": serve})
-    assert "Measured effect: Penalty build A/B: **pass**" in text  # no headline: the first
-    assert "**Serving benchmark**:\n\n" + key in text
-    assert text.index(key) < text.index("**Penalty build A/B** (before/after)")
-    appendix = (index.parent / "0001-Perf-Faster-penalties-appendix.md").read_text()
-    assert key in appendix
+def test_a_stale_headline_says_the_current_form_is_not_measured(make_tree, workspace):
+    old = {"faster-penalties": "0ld0ld0ld0ld"}
+    serve = ("serve-x", "pass", {"reason": "throughput 1.2 [1.1, 1.3]", "patches": old})
+    serve_step = 'command = "vllm bench serve --model $MODEL"\n'
+    entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
+    _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
+    assert "current form is not yet measured" in text
+    assert "to measure it: `vllm bench serve --model $MODEL`" in text
+    assert "1.2 [1.1, 1.3]" not in text.split("## Test Plan")[0]
 
 
-def test_a_key_table_past_the_size_budget_is_still_shown(make_tree, workspace, monkeypatch):
-    monkeypatch.setattr(report, "MAX_LINES", 10)  # the report's other parts already exceed it
-    key = "| B | pristine cost | patched cost |\n|---|---|---|\n| 64 | 43.4% | 2.5% |"
-    _, text = _build(make_tree, workspace, {"serve.json": ("serve-x", "pass", {"key_table": key})})
-    assert key in text
-    assert "**Penalty build A/B** (before/after)" not in text  # ratio tables keep the budget
-    assert "(before/after tables of 1 more step(s) in the appendix)" in text
+def test_a_resolved_adverse_effect_is_in_the_body(make_tree, workspace):
+    itl = {"mean_itl_ms": {"ratio": 1.08, "ci95": [1.004, 1.163], "n": 12}}
+    unresolved = {"p99_itl_ms": {"ratio": 1.3, "ci95": [0.8, 2.1], "n": 12}}
+    serve = ("serve-x", "no difference resolved", {"numbers": itl | unresolved})
+    _, text = _build(make_tree, workspace, {"serve.json": serve})
+    assert "mean_itl_ms 1.080 [1.004, 1.163], n=12 this PR / v9.9.0" in text
+    assert "p99_itl_ms" not in text
 
 
 def test_each_step_states_its_own_outcome(built):
@@ -186,18 +274,30 @@ def test_a_gpu_step_without_a_record_says_why_it_is_not_run(monkeypatch):
 def test_test_plan_has_upstream_commands_apart_from_ours(built):
     _, text = built
     plan = text[text.index("## Test Plan") : text.index("## Test Result")]
-    assert plan.index("On a vLLM 9.9.0 checkout") < plan.index("pytest tests/v1/sample")
-    assert plan.index("vllm-patchbench checks") < plan.index("pytest tests/equivalence/test_x")
+    assert plan.index("On v9.9.0 with this PR applied") < plan.index("pytest tests/v1/sample")
+    ours = plan.index("<details><summary>Checks against v9.9.0")
+    assert ours < plan.index("pytest tests/equivalence/test_x") < plan.index("</details>")
     assert "# this project\npython scripts/bench_x.py --lengths 256,4096" in plan
-    assert "vllm bench serve" not in plan or "Serving" in text  # not-run steps keep a command
 
 
 def test_no_local_paths_and_paste_ready_size(built):
     index, text = built
     appendix = (index.parent / "0001-Perf-Faster-penalties-appendix.md").read_text()
     assert "/root/" not in text + appendix and "<local path>" in appendix
-    assert len(text.splitlines()) <= 80
-    assert max(len(line) for line in text.splitlines() if not line.startswith("|")) <= 120
+    assert len(text.splitlines()) <= body.MAX_LINES
+    assert "The penalty build grows with L." in appendix  # the prose is kept beside the body
+
+
+def test_a_long_body_moves_prose_then_rows_to_the_appendix(make_tree, workspace, monkeypatch):
+    monkeypatch.setattr(body, "MAX_LINES", 46)
+    _, text = _build(make_tree, workspace)
+    assert len(text.splitlines()) <= 46
+    assert "Build it once." not in text and "more checks in the appendix" in text
+
+
+@pytest.mark.parametrize("word", ["pristine", "series", "patched", "planted", "A/B core"])
+def test_plain_replaces_project_words(word):
+    assert word not in body.plain(f"the {word} run: pristine/patched", "0.22.0")
 
 
 def test_matrix_is_per_patch(built):
@@ -231,7 +331,7 @@ def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace, b
     earlier.parent.mkdir(parents=True)
     earlier.write_text("an earlier report\n")
     with pytest.raises(PatchbenchError, match="no registry entry") as error:
-        report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+        report.build("9.9.0", *(workspace / d for d in ("reports", "patches", "results", "build")))
     bad_input("`report` of a patch with no registry entry", str(error.value))
     assert earlier.read_text() == "an earlier report\n"  # the error rewrote nothing
 
@@ -258,10 +358,10 @@ def test_a_failing_render_leaves_the_old_reports_in_place(built, workspace, monk
 
     monkeypatch.setattr(report, "render_appendix", broken)
     with pytest.raises(KeyError):
-        report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+        report.build("9.9.0", *(workspace / d for d in ("reports", "patches", "results", "build")))
     assert {p.name: p.read_text() for p in index.parent.iterdir()} == before
     monkeypatch.undo()
-    report.build("9.9.0", workspace / "reports", workspace / "patches", workspace / "results")
+    report.build("9.9.0", *(workspace / d for d in ("reports", "patches", "results", "build")))
     assert not (index.parent / "0009-gone.md").exists()  # a stale page goes once all rendered
     assert (index.parent / "0001-Perf-Faster-penalties.md").read_text() == text
 
@@ -290,3 +390,22 @@ def test_ratio_table_names_a_nested_group_once():
         "| A/A",
     ]
     assert sum("a long title" in row for row in rows) == 1
+
+
+BODIES = sorted(
+    p for p in (REPO / "reports").glob("*/0*.md") if not p.name.endswith("-appendix.md")
+)
+#: Project words no committed body may use (verify.body.PLAIN says what it says instead).
+VOCABULARY = re.compile(r"\b(series|pristine|A/B core|planted|pools?|turns|lent|sessions?)\b")
+
+
+@pytest.mark.parametrize("path", BODIES, ids=lambda p: f"{p.parent.name}/{p.name[:4]}")
+def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= body.MAX_LINES
+    assert "**Headline:**" in "\n".join(text.splitlines()[: body.HEAD_LINES])
+    prose = re.sub(r"```bash\n.*?```", "", text, flags=re.S)
+    assert not VOCABULARY.search(prose), VOCABULARY.search(prose)
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        run = subprocess.run(["bash", "-n"], input=block, text=True, capture_output=True)
+        assert run.returncode == 0, (block, run.stderr)

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import paths, registry, verdicts, versions
+from verify import body, paths, registry, verdicts, versions
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
@@ -262,7 +262,7 @@ def shell(command: str) -> list[str]:
     comment above it, and a line over 100 characters continued with a backslash."""
     out = []
     for line in command.split("\n"):
-        note = re.search(r"\s+\(([^()]*)\)\s*$", line)
+        note = re.search(r"\s{2,}\((.*)\)\s*$", line) or re.search(r"\s+\(([^()]*)\)\s*$", line)
         if note:
             out.append(f"# {note.group(1)}")
             line = line[: note.start()]
@@ -348,71 +348,18 @@ def _step_tables(title: str, records: list[Record]) -> list[str]:
     return [f"**{title}** (before/after):", "", *tables, ""] if tables else []
 
 
-def render_patch(evidence: PatchEvidence, appendix_name: str) -> str:
-    patch, entry, version = evidence.patch, evidence.entry, evidence.version
-    upstream = _commands(evidence.rows, True)
-    ours = _commands(evidence.rows, False)
-    lines = [
-        f"# {patch.subject}",
-        "",
-        f"vLLM {version} · patch `{patch.name[:4]}` · id `{entry.slug}` · Status: {patch.status}",
-        f"Upstream: {patch.upstream}",
-        "",
-        "## Purpose",
-        "",
-        _wrap(entry.why),
-        "",
-        _wrap(entry.how),
-        "",
-        _wrap(f"Measured effect: {evidence.headline()}"),
-    ]
-    if entry.upstream_figure:
-        lines += ["", _wrap(f"Upstream's own figure: {entry.upstream_figure}.")]
-    lines += ["", "## Test Plan", ""]
-    if upstream:
-        lines += [f"On a vLLM {version} checkout with this patch applied:", "", "```"]
-        lines += [*upstream, "```", ""]
-    if ours:
-        lines += ["vllm-patchbench checks (nothing upstream compares the two trees):", "", "```"]
-        lines += [*ours, "```", ""]
-    lines += ["## Test Result", "", "| step | device | result | detail |", "|---|---|---|---|"]
-    for step, state, detail, _ in evidence.rows:
-        device = "GPU" if step.device == "cuda" else "CPU"
-        short = detail if len(detail) <= 160 else detail[:157] + "..."
-        lines.append(f"| {step.title} | {device} | {state} | {short or '-'} |")
-    lines.append("")
-    env = ["### Environment", "", *_environment(evidence), ""]
-    footer = 5
-    moved = 0
-    perf_first = sorted(  # steps with a key table first, then performance steps
-        evidence.rows,
-        key=lambda row: (not _key_tables(row[3]), row[0].rule not in PERF_RULES),
-    )
-    for step, _state, _, records in perf_first:
-        block = _step_tables(step.title, records)
-        if not block:
-            continue
-        keyed = bool(_key_tables(records))  # the step's own figure: always shown
-        if not keyed and _count(lines) + _count(block) + _count(env) + footer > MAX_LINES:
-            moved += 1
-            continue
-        lines += block
-    if moved:
-        lines += [f"(before/after tables of {moved} more step(s) in the appendix)", ""]
-    if len(env) > 3:
-        lines += env
-    if any(r.get("tables") or r.get("numbers") for *_, recs in evidence.rows for r in recs):
-        lines.append(
-            _wrap(
-                f"Full tables and every recorded number: `{appendix_name}` beside this report "
-                f"(vllm-patchbench `reports/{version}/`)."
-            )
-        )
-    return scrub("\n".join(lines)) + "\n"
+def render_patch(evidence: PatchEvidence, appendix_name: str, tmpl: body.Template) -> str:
+    """The PR body of one patch in the pin's own template (verify.body)."""
+    version = evidence.version
+    upstream = [c.replace("{pin}", version) for c in _commands(evidence.rows, True)]
+    ours = [c.replace("{pin}", version) for c in _commands(evidence.rows, False)]
+    return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name))
 
 
 def render_appendix(evidence: PatchEvidence) -> str:
+    entry = evidence.entry
     lines = [f"# Appendix: {evidence.patch.subject} (vLLM {evidence.version})", ""]
+    lines += [_wrap(entry.why), "", _wrap(entry.how), "", _wrap(f"Next: {entry.future_plan}"), ""]
     for step, state, _, records in evidence.rows:
         for r in records:
             lines += [
@@ -458,10 +405,12 @@ def build(
     out_root: Path | None = None,
     patches_root: Path | None = None,
     results_root: Path | None = None,
+    build_root: Path | None = None,
 ) -> Path:
     """Write every patch's report, its appendix and the per-patch matrix; returns the index."""
     out = (out_root or paths.reports_root()) / version
     evidence = evidence_for(version, patches_root, results_root)  # raises before any write
+    tmpl = body.read_template(version, build_root)
     pages: dict[str, str] = {}  # every page rendered before the old ones are removed
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
@@ -475,7 +424,7 @@ def build(
     for ev in evidence:
         stem = ev.patch.name.removesuffix(".patch")
         appendix = f"{stem}-appendix.md"
-        pages[f"{stem}.md"] = render_patch(ev, appendix)
+        pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl)
         pages[appendix] = render_appendix(ev)
         cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
         index.append(
