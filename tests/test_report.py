@@ -409,3 +409,24 @@ def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         run = subprocess.run(["bash", "-n"], input=block, text=True, capture_output=True)
         assert run.returncode == 0, (block, run.stderr)
+
+
+def test_the_template_is_read_from_the_cached_sdist_without_a_build_tree(tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    from verify import sdist
+
+    monkeypatch.setenv("PATCHBENCH_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("PATCHBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    text = b"## Purpose\n\n## Test Plan\n\n## Test Result\n\n---\n<details>\n</details>\n"
+    tarball = sdist.cached_path("9.9.0")
+    tarball.parent.mkdir(parents=True)
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("vllm-9.9.0/.github/PULL_REQUEST_TEMPLATE.md")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+    assert body.read_template("9.9.0").sections == ["Purpose", "Test Plan", "Test Result"]
+    tarball.unlink()
+    with pytest.raises(PatchbenchError, match="python -m verify apply 9.9.0"):
+        body.read_template("9.9.0")

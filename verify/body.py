@@ -95,7 +95,7 @@ def read_template(version: str, build_root: Path | None = None) -> Template:
     tree = (build_root or paths.build_root()) / version / TEMPLATE
     if tree.is_file():
         return parse_template(tree.read_text())
-    tarball = sdist.cache_dir() / sdist.sdist_filename(version)
+    tarball = sdist.cached_path(version)
     if tarball.is_file():
         with tarfile.open(tarball) as tar:
             member = next((m for m in tar.getmembers() if m.name.endswith("/" + TEMPLATE)), None)

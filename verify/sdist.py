@@ -131,9 +131,18 @@ def _download(info: SdistInfo, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+#: The cache's folder of sdists.
+SDISTS = "sdists"
+
+
+def cached_path(version: str) -> Path:
+    """Where the sdist of `version` is cached (whether or not it is there)."""
+    return cache_dir() / SDISTS / sdist_filename(version)
+
+
 def fetch(version: str, index: str | None = None) -> Path:
     """Return the path of the verified sdist of `version`, downloading it if not cached."""
-    return fetch_file(PACKAGE, sdist_filename(version), version, "sdists", index)
+    return fetch_file(PACKAGE, sdist_filename(version), version, SDISTS, index)
 
 
 def fetch_file(
