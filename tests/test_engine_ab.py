@@ -1365,3 +1365,16 @@ def test_an_in_turn_run_of_the_plan_imports_with_the_penalty_path_judged(root, t
     assert "patched/series (plain, no top-k/top-p)" not in shape  # an engine start apart
     assert record["numbers"]["runs whose engines ran apart, left out of the plain A/A"]
     assert "engines in turn on one GPU" in record["tables"][0]
+
+
+def test_a_production_shape_pool_gives_the_record_its_headline(root):
+    effects = {"pristine/pen": 0.8, "patched/pen": 0.99}
+    small = synthetic_run(effects, 0.002, variants=("pristine", "patched"))
+    assert "headline" not in _import(root, small)  # the small random model makes no headline
+    run = synthetic_run(effects, 0.002, variants=("pristine", "patched"), seed=2)
+    run["model"] = "qwen3-8b"
+    (root / "0.22.0" / "penalties-ab-8b.json").write_text(json.dumps(run))
+    headline = gpu_engine_ab.penalty_cost("0.22.0")["headline"]
+    assert headline.startswith("penalized decode 1.24x [")
+    assert "(penalty cost: this PR 0." in headline and "; v0.22.0 19." in headline  # 1%, 20%
+    assert "H100, qwen3-8b shape (dummy weights), B=64 L=2048, presence 1.5" in headline

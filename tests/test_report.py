@@ -430,3 +430,12 @@ def test_the_template_is_read_from_the_cached_sdist_without_a_build_tree(tmp_pat
     tarball.unlink()
     with pytest.raises(PatchbenchError, match="python -m verify apply 9.9.0"):
         body.read_template("9.9.0")
+
+
+def test_a_records_own_headline_leads_the_body(make_tree, workspace):
+    line = "penalized decode 1.18x [1.15, 1.20] vs v9.9.0, H200, qwen3-8b shape, n=11"
+    serve = ("serve-x", "no difference resolved", {"reason": "a; b", "headline": line})
+    serve_step = 'command = "vllm bench serve --model $MODEL"\n'
+    entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
+    _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
+    assert f"**Headline:** {line}" in text.split("## Test Plan")[0]

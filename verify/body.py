@@ -128,8 +128,9 @@ def _context(record: dict[str, Any]) -> list[str]:
 
 
 def headline(ev: PatchEvidence) -> str:
-    """The headline claim: the headline step's first reason clause with its context, or, for
-    a stale or missing record, that the current form is not measured and the command."""
+    """The headline claim: the headline step's record's own `headline`, else its first reason
+    clause with its context, or, for a stale or missing record, that the current form is not
+    measured and the command."""
     rows = [row for row in ev.rows if row[0].headline] or [
         row for row in ev.rows if row[0].rule not in ("tests",) and row[3]
     ]
@@ -142,6 +143,8 @@ def headline(ev: PatchEvidence) -> str:
             "Performance of this PR's current form is not yet measured "
             f"({plain(step.title, ev.version)}); to measure it: `{command}`."
         )
+    if records[0].get("headline"):  # the record's own headline: figure, interval, context
+        return plain(records[0]["headline"], ev.version)
     clause = next((p for p in records[0].get("reason", "").split("; ") if p), state)
     named = re.search(r"\b(H100|H200|A100|CPU)\b", clause)
     where = "" if named else ", ".join(_context(records[0]))

@@ -621,10 +621,9 @@ class Pool:
 DEFAULT_MODEL = "qwen3-0.6b-random"
 
 
-def model_of(run: dict) -> str:
-    """`qwen3-8b, 1.00 nats`: the run's model shape and the mean next-token entropy its engines
-    measured (verify.ab.output_entropy), where they calibrated one."""
-    name = run.get("model") or DEFAULT_MODEL
+def entropy_of(run: dict) -> str | None:
+    """`1.00 nats`: the mean next-token entropy the run's engines measured after calibrating
+    their logit scale (verify.ab.output_entropy); None where they did not."""
     nats = sorted(
         {
             round(w["output_entropy"]["measured_nats"], 2)
@@ -633,9 +632,14 @@ def model_of(run: dict) -> str:
         }
     )
     if not nats:
-        return name
-    span = f"{nats[0]:.2f}" if len(nats) == 1 else f"{nats[0]:.2f}-{nats[-1]:.2f}"
-    return f"{name}, {span} nats"
+        return None
+    return f"{nats[0]:.2f} nats" if len(nats) == 1 else f"{nats[0]:.2f}-{nats[-1]:.2f} nats"
+
+
+def model_of(run: dict) -> str:
+    """`qwen3-8b, 1.00 nats`: the run's model shape, and its entropy where calibrated."""
+    name, nats = run.get("model") or DEFAULT_MODEL, entropy_of(run)
+    return f"{name}, {nats}" if nats else name
 
 
 def runner_of(run: dict) -> str:
@@ -722,6 +726,45 @@ def stop_cause(stopped: str) -> str:
     return f"{head}: {errors[-1][:300]}" if errors else head[:300]
 
 
+def sampling_text(config: dict) -> str:
+    """`top-k 20, top-p 0.95, presence 1.5`: a config's sampling, as a reader names it."""
+    names = {"top_k": "top-k", "top_p": "top-p", "presence_penalty": "presence",
+             "frequency_penalty": "frequency", "repetition_penalty": "repetition"}  # fmt: skip
+    parts = [f"{label} {config[k]:g}" for k, label in names.items() if k in config]
+    return ", ".join(parts) or f"temperature {config.get('temperature', 1.0):g}"
+
+
+def production_headline(pools: list[Pool], version: str) -> str | None:
+    """The headline of a production-shape pool (not the small random model): this PR's
+    penalized tok/s over v<pin>'s with each build's penalty cost beside it, the pool of the
+    most rounds; None where no such pool compares the two on penalized requests."""
+    best = None
+    for pool in pools:
+        if pool.model.startswith(DEFAULT_MODEL) or pool.pristine_only:
+            continue
+        cells = stage_cells(pool.run, pool.stage)
+        for topkp in (True, False):
+            base, var = cells.get(("pristine", True, topkp)), cells.get(("patched", True, topkp))
+            r = ratio(pool.rounds, base, var) if base and var else None
+            if r is not None and r.low is not None and (best is None or r.n > best[1].n):
+                best = (pool, r, cells, topkp)
+    if best is None:
+        return None
+    pool, r, cells, topkp = best
+    found = costs(pool.run, pool.stage, pool.rounds)
+    cost = {b: _cost_text(found[(b, topkp)]) for b in BUILDS if (b, topkp) in found}
+    names = {"patched": "this PR", "pristine": f"v{version}", "mrv2": f"v{version} on MRV2"}
+    beside = "; ".join(f"{names[b]} {cost[b]}" for b in names if b in cost)
+    config = pool.run["configs"][cells[("patched", True, topkp)].split("/", 1)[1]]
+    weights = ", ".join(filter(None, ["dummy weights", entropy_of(pool.run)]))
+    return (
+        f"penalized decode {r.ratio:.2f}x [{r.low:.2f}, {r.high:.2f}] vs v{version} "
+        f"(penalty cost: {beside}), {gpu_model(pool.gpu)}, {pool.run['model']} shape "
+        f"({weights}), "
+        f"{shape_of(pool.stage)}, {sampling_text(config)}, V1 runner, {pool.seeded}, n={r.n}"
+    )
+
+
 def penalty_cost(version: str) -> dict | None:
     """The record of issue 22's penalty-cost runs measured with the newest run's series, the
     rounds of runs at one shape and set of configs pooled."""
@@ -786,7 +829,9 @@ def penalty_cost(version: str) -> dict | None:
     if not missing:
         verdict = _on_goal_gpu(verdict, covered, on_goal_gpu, unseries)
     key_table = "\n".join(key) if len(key) > 1 else None
-    return _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
+    record = _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
+    headline = production_headline(pools, version)
+    return record | ({"headline": headline} if headline else {})
 
 
 def _on_goal_gpu(
