@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -180,3 +181,27 @@ def test_cli_check_prints_one_line_errors(
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"error: {message}")
     bad_input(f"`python -m verify.registry check` on a registry entry with {what}", err.strip())
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "problem"),
+    [
+        ("future_plan", "Bound B=32 within 1.1% [0.5%, 1.7%] first.", "a measured figure ('1.1%')"),
+        ("how", "The launcher halves host time (7.5 us per call).", "a measured figure ('7.5 us')"),
+        ("future_plan", "As session 30 showed, profile first.", "a session or issue number"),
+        ("why", "Seen on 2026-11-28 on the lent machine.", "a date"),
+        ("why", "Slow on the H100 only.", "a machine name ('H100')"),
+        ("future_plan", "Propose upstream." * 20, "future_plan is 340 characters (at most 300)"),
+    ],
+)
+def test_registry_prose_holds_no_figures_or_history(tmp_path, field, text, problem) -> None:
+    src = (registry.registry_dir() / "recovered-tokens-tiled-kernel.toml").read_text()
+    lines = [f"{field} = {json.dumps(text)}" if ln.startswith(f"{field} = ") else ln
+             for ln in src.splitlines()]  # fmt: skip
+    (tmp_path / "x.toml").write_text("\n".join(lines) + "\n")
+    assert any(problem in p for p in registry.validate(PINS, tmp_path)), problem
+
+
+def test_the_committed_registry_prose_is_within_its_rules() -> None:
+    for entry in registry.load().values():
+        assert registry.prose_problems(entry) == [], entry.slug

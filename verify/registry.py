@@ -258,6 +258,41 @@ def validate(
         if proofs:
             problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
         problems += _without_failing_step(entry)
+        problems += prose_problems(entry)
+    return problems
+
+
+#: Registry prose is timeless and figure-free (bodies take their numbers from records only):
+#: each field's length limit, and what it may not hold.
+PROSE_LIMITS = {"why": 500, "how": 900, "future_plan": 300}
+_FIGURE = (
+    r"\b\d+(?:\.\d+)?\s?(?:%|x\b|ms\b|us\b|µs\b|KiB|MiB|GiB|tok/s)"
+    r"|\[\s*-?\d+(?:\.\d+)?%?,\s*-?\d+(?:\.\d+)?%?\]"
+)
+PROSE_FORBIDDEN = {
+    "a measured figure": re.compile(_FIGURE),
+    "a session or issue number": re.compile(r"\b(?:session|issue)s?\s+\d+", re.I),
+    "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
+    "a machine name": re.compile(r"\b(?:H100|H200|A100|lent)\b"),
+}
+
+
+def prose_problems(entry: Entry) -> list[str]:
+    """One problem per registry prose field over its length limit or holding what prose may
+    not (PROSE_FORBIDDEN): figures belong in records, history in git."""
+    problems = []
+    for name, limit in PROSE_LIMITS.items():
+        text = getattr(entry, name)
+        if len(text) > limit:
+            problems.append(
+                f"registry {entry.slug}: {name} is {len(text)} characters (at most {limit})"
+            )
+        for what, pattern in PROSE_FORBIDDEN.items():
+            if found := pattern.search(text):
+                problems.append(
+                    f"registry {entry.slug}: {name} holds {what} ({found.group(0)!r}); "
+                    "bodies take figures from records, and history lives in git"
+                )
     return problems
 
 
