@@ -81,6 +81,16 @@ def bad_input(request, tmp_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def main_tree(_temporary_folders) -> BuildTree:
+    """The real vLLM 0.22.0 build tree with the series applied, in the suite's temporary build
+    folder (the sdist comes from the shared cache or the package index); applied once per
+    session, so no test depends on another having built it."""
+    tree = BuildTree("0.22.0")
+    tree.apply()
+    return tree
+
+
+@pytest.fixture(scope="session")
 def loaded_noxfile():
     """The noxfile as a module, loaded once (a second load registers every session again)."""
     import importlib.util
