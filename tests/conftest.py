@@ -32,6 +32,9 @@ RELEASE_FILES = {
 
 CONTRIBUTOR = ("Pat Contributor", "pat@contributor.example")
 
+#: A test that passes without an assert, pytest.raises or pytest.warns fails (the module says why).
+pytest_plugins = ["tests.assert_count"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _temporary_folders(request, tmp_path_factory):
