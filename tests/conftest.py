@@ -32,8 +32,9 @@ RELEASE_FILES = {
 
 CONTRIBUTOR = ("Pat Contributor", "pat@contributor.example")
 
-#: A test that passes without an assert, pytest.raises or pytest.warns fails (the module says why).
-pytest_plugins = ["tests.assert_count"]
+#: A test that passes without an assert, pytest.raises or pytest.warns fails; the summary counts
+#: the skips by reason (each module says more).
+pytest_plugins = ["tests.assert_count", "tests.skip_summary"]
 
 
 @pytest.fixture(scope="session", autouse=True)
