@@ -32,6 +32,10 @@ RELEASE_FILES = {
 
 CONTRIBUTOR = ("Pat Contributor", "pat@contributor.example")
 
+#: A test that passes without an assert, pytest.raises or pytest.warns fails; the summary counts
+#: the skips by reason (each module says more).
+pytest_plugins = ["tests.assert_count", "tests.skip_summary"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _temporary_folders(request, tmp_path_factory):
@@ -78,6 +82,16 @@ def bad_input(request, tmp_path, tmp_path_factory):
             handle.write(json.dumps(row) + "\n")
 
     return record
+
+
+@pytest.fixture(scope="session")
+def main_tree(_temporary_folders) -> BuildTree:
+    """The real vLLM 0.22.0 build tree with the series applied, in the suite's temporary build
+    folder (the sdist comes from the shared cache or the package index); applied once per
+    session, so no test depends on another having built it."""
+    tree = BuildTree("0.22.0")
+    tree.apply()
+    return tree
 
 
 @pytest.fixture(scope="session")

@@ -73,17 +73,14 @@ def test_out_paths() -> None:
 
 
 @pytest.mark.slow
-def test_cpu_smoke(tmp_path: Path) -> None:
+def test_cpu_smoke(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Both workers on CPU (Triton interpreter, CPU stand-ins): ids identical, copy skipped
     only by the patched sampler and only for random/greedy batches."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    pytest.importorskip("git")
-    from verify.buildtree import BuildTree
     from verify.equivalence.roots import materialize
 
-    if not BuildTree("0.22.0").exists():
-        pytest.skip("no build tree for vLLM 0.22.0")
+    request.getfixturevalue("main_tree")  # after the skips: only a run that needs it builds it
     pristine, patched = materialize("0.22.0")
     out = tmp_path / "m000.json"
     roots = ["--pristine-root", str(pristine), "--patched-root", str(patched)]

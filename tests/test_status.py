@@ -216,14 +216,12 @@ def test_table_fits_120_columns_with_legend():
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_real_claims_from_release_code():
+def test_real_claims_from_release_code(main_tree):
     """The seed series' claims against the real sdists (cache or PyPI)."""
     from verify import upstream_code
     from verify.series import read_series
 
-    tree = BuildTree("0.22.0")
-    if not tree.exists():
-        pytest.skip("no build tree for 0.22.0 (run `python -m verify apply 0.22.0`)")
+    tree = main_tree
     patch = read_series("0.22.0")[0]
     change = upstream_code.Change.of(patch, status._blob_reader(tree))
     candidates = upstream_code.between(upstream_code.releases(), "0.22.0", "0.33.0")

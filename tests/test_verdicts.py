@@ -266,3 +266,17 @@ def test_shapes_fail_on_one_slower_shape_and_pass_on_resolved_speedups() -> None
     assert v.outcome == PASS and "faster at 1 of 2" in v.reason and "b1" in v.reason
     assert performance.judge_shapes({"b1": same}, 0.02).outcome == UNRESOLVED
     assert performance.judge_shapes({"b1": same}, 0.05, claim="not slower").outcome == PASS
+
+
+def test_shapes_not_slower_refuses_a_pass_while_a_regression_is_not_excluded() -> None:
+    tight = stats.Ratio(1.0, 0.99, 1.01, 10, None)
+    wide = stats.Ratio(1.0, 0.90, 1.08, 10, None)  # no difference resolved, 8% not excluded
+    single = stats.Ratio(0.9, None, None, 1, None)
+    for shapes in ({"b1": tight, "b8": wide}, {"b1": tight, "b8": single}):
+        v = performance.judge_shapes(shapes, 0.05, claim="not slower")
+        assert v.outcome == UNRESOLVED and "b8" in v.reason and "b1" not in v.reason
+    throughput = stats.Ratio(1.0, 0.93, 1.1, 10, None)  # higher is better: 1/0.93 > 1.05
+    v = performance.judge_shapes({"tok/s": throughput}, 0.05, claim="not slower",
+                                 lower_is_better=False)  # fmt: skip
+    assert v.outcome == UNRESOLVED
+    assert performance.judge_shapes({"b1": tight}, 0.05, claim="not slower").outcome == PASS
