@@ -422,3 +422,28 @@ def test_leftovers_of_older_versions_are_removed_once_an_hour_old(pinned_release
     assert main(["apply", "0.22.0"]) == 0
     assert f"removed {old}" in capsys.readouterr().err
     assert not old.exists() and fresh.exists() and other.exists()
+
+
+def test_two_runs_materializing_one_root_both_get_it(tmp_path, monkeypatch):
+    """Another run's rename lands first (the equivalence sessions of one pin at once): the
+    second run uses that root, the same commit's, instead of failing 'Directory not empty'."""
+    from verify.equivalence import roots
+
+    monkeypatch.setenv("PATCHBENCH_BUILD_DIR", str(tmp_path / "build"))
+
+    class Tree:
+        version = "9.9.0"
+
+        def git(self, *args: str) -> str:
+            return "a" * 40 if args[0] == "rev-parse" else "vllm"
+
+        def export_tree(self, commit: str, dest: Path, present: list[str]) -> None:
+            (dest / "vllm").mkdir()
+            (dest / "vllm" / "mine").write_text("")
+            other = tmp_path / "build" / "roots" / "9.9.0" / f"{'a' * 12}-{roots.LAYOUT}"
+            (other / "vllm").mkdir(parents=True)  # the other run's root, whole
+            (other / "vllm" / "theirs").write_text("")
+
+    root = roots._materialize_rev(Tree(), "HEAD")
+    assert (root / "vllm" / "theirs").is_file() and not (root / "vllm" / "mine").exists()
+    assert [p.name for p in root.parent.iterdir()] == [root.name]  # no staging folder left

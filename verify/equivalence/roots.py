@@ -80,7 +80,11 @@ def _materialize_rev(tree: BuildTree, rev: str) -> Path:
     present = [p for p in ROOT_PATHS if tree.git("ls-tree", "--name-only", commit, "--", p)]
     with paths.staging(target.parent, ".root") as staging:
         tree.export_tree(commit, staging, present)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:  # another run made the same root meanwhile: the same commit, use it
+            if not target.is_dir():
+                raise
     return target
 
 
