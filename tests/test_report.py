@@ -341,6 +341,7 @@ def test_a_patch_without_registry_entry_is_a_named_error(make_tree, workspace, b
     [
         ("see /root/pb-work/s8/raw.json now", "see <local path> now"),
         ("the file .gpu/kvar/p_kS.py", "the file <local path>"),
+        ("\\n../../../work/wt23/.venv/torch.py:365: 14 warnings", "\\n<local path> 14 warnings"),
         ("vocab 151936/2", "vocab 151936/2"),
     ],
 )

@@ -27,7 +27,10 @@ KINDS = registry.KINDS
 PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
 MAX_ROWS = 4
 MAX_LINES = 80
-_LOCAL = re.compile(r"(?<![\w.])(?:/root|/tmp|/home|/work|/Users|~)/[^\s`'\",)\]]*|\.gpu/\S+")
+_LOCAL = re.compile(
+    r"(?<![\w.])(?:/root|/tmp|/home|/work|/Users|~)/[^\s`'\",)\]]*|\.gpu/\S+"
+    r"|(?<![/.])(?:\.\./)+(?:root|tmp|home|work|Users)/[^\s`'\",)\]]*"  # pytest's relative form
+)
 
 
 def scrub(text: str) -> str:
