@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_importer_gpu import META  # the step files' shared meta
 from verify.importer import cpu, gpu
-
-META = {
-    "command": "gpu_verify.py --steps x",
-    "gpu": "NVIDIA H100 80GB HBM3",
-    "vllm_version": "0.22.0",
-    "series_hash": "abc1234567",
-    "date": "2026-11-24T08:00:00+00:00",
-}
 
 
 def _write(root: Path, step: str, data: dict, version: str = "0.22.0") -> None:
