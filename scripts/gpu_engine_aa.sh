@@ -14,7 +14,10 @@
 # (temperature 1) or greedy, PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
 # Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py; vLLM's dummy weights),
 # PB_ENTROPY=1.0 (nats: the logit scale each engine calibrates first), PB_PLANT_GPU_US=100 (a GPU
-# spin per step: the planted effect of a GPU-bound step, instead of PB_PLANT_MS).
+# spin per step: the planted effect of a GPU-bound step, instead of PB_PLANT_MS), PB_PLANT_BOTH=1
+# (the same delay on the host too), PB_PLANT_SPIN=1 (the host delay busy-waits, keeping the GIL),
+# PB_RESTART_EVERY=K (every engine started afresh after K counted rounds; the intervals are then
+# over these blocks, so an engine instance's own offset is inside them).
 # Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine; a
 # carried .gpu/overlay of the same series only adds per-patch hashes to the record).
 set -uo pipefail
@@ -39,13 +42,16 @@ fi
 [ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
 [ -n "${PB_PLANT_GPU_US:-}" ] && plant=(--plant-gpu-us "$PB_PLANT_GPU_US") && knobs+=" PB_PLANT_GPU_US=$PB_PLANT_GPU_US"
 [ "${PB_PLANT_BOTH:-0}" = 1 ] && plant+=(--plant-both) && knobs+=" PB_PLANT_BOTH=1"  # host and GPU
+[ "${PB_PLANT_SPIN:-0}" = 1 ] && plant+=(--plant-spin) && knobs+=" PB_PLANT_SPIN=1"  # busy host wait
+restart=()  # every engine afresh after K counted rounds: intervals over engine instances
+[ -n "${PB_RESTART_EVERY:-}" ] && restart=(--restart-every "$PB_RESTART_EVERY") && knobs+=" PB_RESTART_EVERY=$PB_RESTART_EVERY"
 PYTHONPATH=$site:$PWD "$py" -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
   --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" "${shape[@]}" \
   --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \
   --out-args "$work/args" --meta "$work/meta.json" || exit 5
 mapfile -t plan < "$work/args"
 timeout -s INT -k 15 $((deadline - SECONDS + 5)) "$py" -m verify.ab engine --python "$py" \
-  --model "$model" --base-site "$site" "${plan[@]}" "${entropy[@]}" --rounds 400 \
+  --model "$model" --base-site "$site" "${plan[@]}" "${entropy[@]}" "${restart[@]}" --rounds 400 \
   --warmup "$PB_WARMUP" --budget-s $((deadline - SECONDS - 25)) --grace-s 20 --start-s 300 \
   --work "$work" --cache-root /tmp/pb-vllm-cache/engine-aa --meta "$work/meta.json" \
   --out "$OUT/gpu/$tag.json"

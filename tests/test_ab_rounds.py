@@ -312,3 +312,22 @@ def test_scrape_reads_the_engines_itl_from_prometheus_text():
     assert got["server_mean_itl_ms"] == pytest.approx(2.5)
     assert got["server_generated_tokens"] == 101.0
     assert scrape("http://127.0.0.1:9") == {}  # nothing listens: no metrics, no error
+
+
+def test_rounds_with_restart_blocks_compare_over_blocks_and_round_trip() -> None:
+    """Rounds tagged with their engine-restart block: the comparison counts blocks (n) and
+    rounds, the raw records keep the tag, and untagged rounds compare per round as before."""
+    from verify.ab import rounds as ab_rounds
+
+    rounds = [
+        ab_rounds.Round(i, ("a", "b"), {"a": {"x": 10.0}, "b": {"x": 10.0 * f}}, i == 0, i // 3)
+        for i, f in enumerate([1.0, 1.01, 1.012, 0.99, 0.991, 0.989, 1.0, 1.001, 1.002])
+    ]
+    cmp = ab_rounds.compare(rounds, "a", "b", "x", threshold=0.01, higher_is_better=True)
+    assert (cmp["n"], cmp["blocks"], cmp["rounds"]) == (3, 3, 8)
+    assert "engine restarts (8 rounds)" in cmp["text"]
+    back = ab_rounds.from_records(ab_rounds.as_records(rounds))
+    assert [r.block for r in back] == [r.block for r in rounds]
+    plain = [ab_rounds.Round(r.index, r.order, r.values, r.warmup) for r in rounds]
+    assert "block" not in ab_rounds.as_records(plain)[0]
+    assert ab_rounds.compare(plain, "a", "b", "x", threshold=0.01, higher_is_better=True)["n"] == 8

@@ -599,6 +599,31 @@ def test_front_end_writes_rounds_comparisons_and_what_did_not_fit(tmp_path):
     assert record["tokens"]["plain"]["identical"] and not list(tmp_path.glob("work/*.tmp"))
 
 
+def test_restart_blocks_start_fresh_engines_and_compare_over_blocks(tmp_path):
+    """--restart-every 2 on stand-in workers: every block runs on new worker processes (each
+    block's start-up is listed), rounds carry their block, and each comparison counts blocks."""
+    from verify.ab.__main__ import main
+
+    python = stand_in_python(tmp_path)
+    out = tmp_path / "ab.json"
+    rc = main(
+        ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",
+         "--config", f"plain={json.dumps({'batch': 4, 'output_len': 8})}",
+         "--compare", "a/plain:b/plain", "--rounds", "6", "--warmup", "1",
+         "--restart-every", "2", "--budget-s", "300", "--python", str(python),
+         "--work", str(tmp_path / "work"), "--out", str(out)]
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert rc == 0 and record["restart_every"] == 2
+    assert [b["block"] for b in record["blocks"]] == [0, 1, 2]
+    blocks = [r["block"] for r in record["rounds"]]
+    assert blocks == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # one discarded round per block, then two
+    assert [r["warmup"] for r in record["rounds"]].count(True) == 3
+    cmp = record["comparisons"][0]
+    assert (cmp["n"], cmp["blocks"], cmp["rounds"]) == (3, 3, 6)
+    assert record["stages"][0]["status"] == "ran 9 rounds in 3 engine blocks"
+
+
 def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
     """Each engine's VLLM_PORT is its own (vLLM scans up from it), from the caller's VLLM_PORT
     or 20000; a variant's own VLLM_PORT wins; a bad or too high base is a named error. Left to

@@ -110,3 +110,25 @@ def test_no_rounds_bound_a_point_beyond_the_threshold() -> None:
     beyond = stats.from_log_ratios(_spread(0.97, 0.02, 8))  # a 3% loss: more rounds resolve it
     assert stats.rounds_to_within(beyond, 0.02, lower_is_better=False) is None
     assert stats.rounds_to_within(stats.from_log_ratios([0.0]), 0.02) is None  # no interval
+
+
+def test_clustered_ratio_takes_one_value_per_cluster() -> None:
+    """Rounds of two engine-instance blocks: the interval is over the blocks' mean log ratios,
+    so a per-instance offset that per-round pairing resolves (0.3% within every block) is not
+    called a difference once the instances' offsets disagree."""
+    base = [100.0] * 8
+    var = [100.3] * 4 + [99.7] * 4  # block 0 +0.3%, block 1 -0.3%, no spread within a block
+    per_round = stats.paired_ratio(base[:4], var[:4])
+    assert per_round.low == per_round.high  # no spread: a zero-width "resolved" interval
+    clustered = stats.clustered_ratio(base, var, [0, 0, 0, 0, 1, 1, 1, 1])
+    assert clustered.n == 2
+    assert clustered.low < 1 < clustered.high
+    means = [math.log(1.003), math.log(0.997)]
+    assert clustered.ratio == pytest.approx(math.exp(sum(means) / 2))
+
+
+def test_clustered_ratio_of_one_cluster_has_no_interval_and_bad_labels_fail() -> None:
+    one = stats.clustered_ratio([1.0, 1.0], [1.1, 1.2], ["a", "a"])
+    assert one.n == 1 and one.low is None
+    with pytest.raises(ValueError, match="cluster labels"):
+        stats.clustered_ratio([1.0, 1.0], [1.1, 1.2], ["a"])

@@ -94,6 +94,22 @@ def paired_ratio(baseline: Sequence[float], variant: Sequence[float]) -> Ratio:
     return from_log_ratios(_paired_logs(baseline, variant))
 
 
+def clustered_ratio(
+    baseline: Sequence[float], variant: Sequence[float], clusters: Sequence[object]
+) -> Ratio:
+    """Ratio variant/baseline of paired rounds grouped into clusters (e.g. the rounds of one
+    set of engine instances between restarts): each cluster's mean log ratio is one
+    observation, so the interval carries the between-cluster spread (an engine instance's own
+    offset) and `n` counts clusters. One cluster gives the ratio without an interval."""
+    logs = _paired_logs(baseline, variant)
+    if len(clusters) != len(logs):
+        raise ValueError(f"{len(clusters)} cluster labels for {len(logs)} rounds")
+    groups: dict[object, list[float]] = {}
+    for label, log in zip(clusters, logs, strict=True):
+        groups.setdefault(label, []).append(log)
+    return from_log_ratios([statistics.fmean(g) for g in groups.values()])
+
+
 def paired_spread(baseline: Sequence[float], variant: Sequence[float]) -> float | None:
     """The standard deviation of the per-round log ratios of paired rounds: how far one run's
     rounds scatter (0.015 is about 1.5% per round); None with fewer than two rounds."""

@@ -178,16 +178,19 @@ def with_plant_count(env: dict, run: Callable[[Callable[[], None]], dict]) -> di
     after = read_count(path)
     values["planted_steps"] = after[0] - before[0][0]
     values["planted_slept_s"] = after[1] - before[0][1]
+    if after[2] > 0:  # a GPU spin was planted: its measured seconds, beside the host's
+        values["planted_gpu_s"] = after[2] - before[0][2]
     return values
 
 
-def read_count(path: Path) -> tuple[int, float]:
-    """(engine steps, seconds slept) the planted shim has written so far."""
+def read_count(path: Path) -> tuple[int, float, float]:
+    """(engine steps, seconds waited on the host, seconds spun on the GPU) the planted shim
+    has written so far (an older shim writes no GPU seconds: 0)."""
     try:
-        calls, slept = path.read_text().split()
-        return int(calls), float(slept)
-    except (OSError, ValueError):
-        return 0, 0.0
+        calls, slept, *gpu = path.read_text().split()
+        return int(calls), float(slept), float(gpu[0]) if gpu else 0.0
+    except (OSError, ValueError, IndexError):
+        return 0, 0.0, 0.0
 
 
 def host_provenance() -> dict:
@@ -589,6 +592,79 @@ def run_stages(stages, engines, configs, args, deadline: float, checkpoint=lambd
             stage.status += f" of {args.warmup + args.rounds} (its share of the time ran out)"
 
 
+def counted(stage: Stage) -> int:
+    return sum(not r.warmup for r in stage.rounds)
+
+
+def stop_all(engines: dict[str, Engine]) -> None:
+    """Every engine stopped and forgotten (a restart block's end)."""
+    while engines:
+        engines.popitem()[1].stop()
+
+
+def run_block(stage: Stage, block: int, ctx: dict, budget_s: float) -> int:
+    """One restart block of a stage: every variant's engine started afresh, warmed up, and
+    measured in --restart-every rounds (fewer when `budget_s` runs out), each round tagged
+    with `block` and numbered on from the stage's last; the engines stopped after it. Returns
+    the rounds it ran."""
+    args, engines, record = ctx["args"], ctx["engines"], ctx["record"]
+    t0 = time.monotonic()
+    stage.status = f"stopped starting block {block}'s engines"
+    bring_up(ctx["variants"], args, ctx["work"], engines, record)
+    record["blocks"].append(
+        {
+            "block": block,
+            "startup_s": {n: record["startup_s"][n] for n in ctx["variants"]},
+            "output_entropy": {
+                n: record["workers"][n].get("output_entropy") for n in ctx["variants"]
+            },
+        }
+    )
+    check_capacity(engines, ctx["configs"], stage.cells)
+    warm_up(stage.cells, engines, ctx["configs"], args, ctx["deadline"])
+    ran = []
+
+    def progress(rnd: ab_rounds.Round) -> None:
+        rnd = replace(rnd, index=len(stage.rounds), block=block)
+        ran.append(rnd)
+        stage.rounds.append(rnd)
+        stage.status = f"ran {len(stage.rounds)} rounds in {block + 1} engine blocks"
+        say_round(stage, rnd, f"block {block} round")
+        ctx["checkpoint"]()
+
+    budget = budget_s - (time.monotonic() - t0)
+    ab_rounds.run_rounds(
+        ctx["measure"], stage.cells, args.restart_every, warmup=args.warmup, budget_s=budget,
+        on_round=progress,
+    )  # fmt: skip
+    stop_all(engines)
+    return len(ran)
+
+
+def run_stages_restarting(stages, variants, configs, args, ctx: dict) -> None:
+    """--restart-every K: per stage, blocks of K counted rounds (after --warmup discarded ones),
+    every engine started afresh for each block and stopped after it, until the stage's share
+    of the time no longer fits a block as long as the slowest so far, or --rounds are counted.
+    An engine instance's own offset (seen between identical engines at production shapes) then
+    varies from block to block, and the comparisons are over blocks (`ab_rounds.paired`)."""
+    rates: dict[tuple, float] = {}
+    ctx["record"]["blocks"] = []
+    ctx |= {"args": args, "variants": variants, "configs": configs}
+    ctx["measure"] = measurer(ctx["engines"], configs, args, ctx["deadline"], rates)
+    for i, stage in enumerate(stages):
+        share = stage_share(stage, i, stages, configs, rates, ctx["deadline"])
+        if share is None:
+            continue
+        end, slowest, block = time.monotonic() + share, 0.0, 0
+        while time.monotonic() + slowest < end and counted(stage) < args.rounds:
+            t0 = time.monotonic()
+            if run_block(stage, block, ctx, end - t0) == 0:
+                break
+            slowest, block = max(slowest, time.monotonic() - t0), block + 1
+        if block < 2:
+            stage.status += " (fewer than two blocks: no interval over engine instances)"
+
+
 def merge_turns(turns: list[list[ab_rounds.Round]]) -> list[ab_rounds.Round]:
     """The rounds of engines that took turns: round k holds the k-th round of every turn that
     reached it (each variant's cells in the order they ran), so a round past a later turn's
@@ -785,10 +861,13 @@ def engine(args) -> int:
         write_record({**record, "checkpoint": True}, stages, pairs, args, started)
 
     try:
+        ctx = {"engines": engines, "record": record, "work": work, "deadline": deadline}
         if args.in_turn:
             record["in_turn"] = True
-            ctx = {"engines": engines, "record": record, "work": work, "deadline": deadline}
             run_stages_in_turn(stages, variants, configs, args, ctx | {"checkpoint": checkpoint})
+        elif args.restart_every:
+            record["restart_every"] = args.restart_every
+            run_stages_restarting(stages, variants, configs, args, ctx | {"checkpoint": checkpoint})
         else:
             bring_up(variants, args, work, engines, record)
             check_capacity(engines, configs, cells)
@@ -826,6 +905,9 @@ written whatever happens (a failure or SIGINT keeps every whole round).
 With --in-turn the engines take turns on the GPU instead of running side by side: per stage,
 each variant's engine is started alone, measures rounds of its own cells and is stopped; the
 stage's round k joins every turn's k-th round (the record says `in_turn` and lists `turns`).
+With --restart-every K every engine is started afresh after each K counted rounds (rounds carry
+their `block`; the record lists `blocks` with each block's start-up and calibrated entropy), and
+each comparison's interval is over the blocks, so an engine instance's own offset is in it.
 """
 
 
@@ -906,6 +988,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one engine at a time: the variants take turns on the GPU per stage (shapes "
         "whose engines do not fit it together); each variant needs two cells or more",
+    )
+    p.add_argument(
+        "--restart-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="start every engine afresh after each K counted rounds; comparisons are then "
+        "over these blocks (engine instances), not over rounds",
     )
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)

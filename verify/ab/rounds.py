@@ -24,6 +24,7 @@ class Round:
     order: tuple[str, ...]
     values: dict[str, dict[str, float]] = field(default_factory=dict)
     warmup: bool = False
+    block: int | None = None  # the engine instances' restart block (None: no restarts)
 
 
 def round_orders(variants: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
@@ -67,13 +68,17 @@ def run_rounds(
 
 
 def paired(rounds: Sequence[Round], baseline: str, variant: str, metric: str) -> stats.Ratio:
-    """variant/baseline of `metric` over the counted (non-warm-up) rounds."""
+    """variant/baseline of `metric` over the counted (non-warm-up) rounds; where the engines
+    were restarted between blocks of rounds, over the blocks (`stats.clustered_ratio`: n is
+    the number of blocks)."""
     counted = [r for r in rounds if not r.warmup]
     if not counted:
         raise ValueError("no counted rounds (all were warm-up, or none ran)")
-    return stats.paired_ratio(
-        [r.values[baseline][metric] for r in counted], [r.values[variant][metric] for r in counted]
-    )
+    base = [r.values[baseline][metric] for r in counted]
+    var = [r.values[variant][metric] for r in counted]
+    if any(r.block is not None for r in counted):  # engines restarted: one value per block
+        return stats.clustered_ratio(base, var, [r.block for r in counted])
+    return stats.paired_ratio(base, var)
 
 
 def compare(
@@ -89,26 +94,36 @@ def compare(
     against the noise threshold."""
     ratio = paired(rounds, baseline, variant, metric)
     outcome = stats.classify(ratio, threshold, lower_is_better=not higher_is_better)
+    counted = [r for r in rounds if not r.warmup]
+    blocks = {r.block for r in counted if r.block is not None}
+    unit = f" engine restarts ({len(counted)} rounds)" if blocks else ""
     return {
         "baseline": baseline,
         "variant": variant,
         "metric": metric,
         **ratio.as_dict(),
+        **({"blocks": len(blocks), "rounds": len(counted)} if blocks else {}),
         "threshold": threshold,
         "outcome": outcome,
-        "text": f"{variant}/{baseline} {metric} {ratio.text()}"
+        "text": f"{variant}/{baseline} {metric} {ratio.text()}{unit}"
         + (f", MDE {ratio.mde:.1%}" if ratio.mde is not None else ""),
     }
 
 
 def from_records(records: Sequence[dict]) -> list[Round]:
     """Rounds back from `as_records` (a record's raw part)."""
-    return [Round(r["index"], tuple(r["order"]), r["values"], warmup=r["warmup"]) for r in records]
+    return [
+        Round(r["index"], tuple(r["order"]), r["values"], r["warmup"], r.get("block"))
+        for r in records
+    ]
 
 
 def as_records(rounds: Sequence[Round]) -> list[dict]:
     """Rounds as plain dicts (the raw part of a record)."""
-    return [
-        {"index": r.index, "order": list(r.order), "warmup": r.warmup, "values": r.values}
-        for r in rounds
-    ]
+    out = []
+    for r in rounds:
+        out.append({"index": r.index, "order": list(r.order), "warmup": r.warmup})
+        if r.block is not None:
+            out[-1]["block"] = r.block
+        out[-1]["values"] = r.values
+    return out

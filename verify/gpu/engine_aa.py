@@ -42,11 +42,13 @@ def plan(
     model_shape: str | None = None,
     plant_gpu_us: float | None = None,
     plant_both: bool = False,
+    plant_spin: bool = False,
 ) -> list[str]:
     """The engine front-end's arguments (one per item): the three variants, one config, the
     A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default).
     `plant_gpu_us`: the planted variant spins the GPU this long per step instead of sleeping
-    `plant_ms` on the host; `model_shape`: dummy weights of a verify.gpu.shapes shape."""
+    `plant_ms` on the host; `plant_spin`: the host wait is a busy wait that keeps the GIL (not
+    a sleep); `model_shape`: dummy weights of a verify.gpu.shapes shape."""
     if sampling not in SAMPLINGS:
         raise SystemExit(f"sampling {sampling!r}: expected one of {list(SAMPLINGS)}")
     delay = plant_ms if plant_gpu_us is None else plant_gpu_us
@@ -63,6 +65,8 @@ def plan(
                  f"PATCHBENCH_PLANT_GPU_US={plant_gpu_us:g}"]  # fmt: skip
     else:
         args += [f"--variant=planted=plant,PATCHBENCH_PLANT_GPU_US={plant_gpu_us:g}"]
+    if plant_spin:
+        args[-1] += ",PATCHBENCH_PLANT_SPIN=1"
     args += [f"--config={name}={json.dumps(config)}"]
     args += [f"--compare=pristine/{name}:{twin}/{name}" for twin in ("pristine2", "planted")]
     engine = engine_args(len(VARIANTS), [(batch, output_len)], gpu_budget, model_shape)
@@ -117,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plant-both", action="store_true", help="the --plant-gpu-us delay on the host too"
     )
+    parser.add_argument(
+        "--plant-spin", action="store_true", help="the host wait busy-waits (keeps the GIL)"
+    )
     parser.add_argument("--model-shape", help="dummy weights of a verify.gpu.shapes shape")
     parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model_shape,
         args.plant_gpu_us,
         args.plant_both,
+        args.plant_spin,
     )
     if args.build_model and args.model_shape:
         from verify.gpu import shapes
