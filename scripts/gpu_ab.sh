@@ -22,7 +22,8 @@
 # client get the rest; 0: no pinning); PB_WHEEL=0 leaves the wheel out; PB_WORK (/root/pb-ab); PB_PLANT_MS (0.15, grit
 # 2: a pooling run has few engine steps); PB_BUNDLE: the bundle root (default /tmp/vllm-bundle, grit /tmp/vllm-0181); PB_SERVE_EXTRA:
 # more vllm serve arguments; grit retries with --enforce-eager if its servers fail to start
-# (PB_EAGER_RETRY=0: no retry). Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py,
+# (PB_EAGER_RETRY=0: no retry); PB_PLANT_SPIN=1: the planted host delay busy-waits instead of
+# sleeping; PB_PLANT_GPU_US: the planted variant also spins the GPU that long per step. Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py,
 # vLLM's dummy weights, with a word-level tokenizer) and PB_LOGIT_SCALE (the logit scale an
 # engine run calibrated for the target entropy: its record's workers[*].output_entropy).
 # Needs the pin's bundle installed (pieces a and b, one call each) and .gpu/overlay/<pin>.
@@ -86,8 +87,10 @@ Path(meta).write_text(json.dumps({
     "wheel": device.installed_wheel(wheel, overlay / "patched") if marker else None,
 }))
 PY
-variants=(--variant pristine= --variant pristine2=
-  --variant "planted=plant,PATCHBENCH_PLANT_DELAY_MS=${PB_PLANT_MS:-$plant_ms},PATCHBENCH_PLANT_COUNT_EVERY=$plant_every")
+planted="plant,PATCHBENCH_PLANT_DELAY_MS=${PB_PLANT_MS:-$plant_ms},PATCHBENCH_PLANT_COUNT_EVERY=$plant_every"
+[ "${PB_PLANT_SPIN:-0}" = 1 ] && planted+=",PATCHBENCH_PLANT_SPIN=1"  # a busy host wait (keeps the GIL)
+[ -n "${PB_PLANT_GPU_US:-}" ] && planted+=",PATCHBENCH_PLANT_GPU_US=$PB_PLANT_GPU_US"  # and a GPU spin per step
+variants=(--variant pristine= --variant pristine2= --variant "planted=$planted")
 compare=(--compare pristine:pristine2 --compare pristine:planted)
 for site in $sites; do variants+=(--variant "$site=$sites_root/$site"); done
 case $sites in

@@ -47,7 +47,7 @@ def judge(
         f", expected {predicted:.3f}" if predicted is not None else ""
     )
     if half_width(aa) <= target:
-        return Verdict(PASS, f"resolves {target:.0%}: {text}", numbers)
+        return Verdict(PASS, f"resolves {target * 100:g}%: {text}", numbers)
     return Verdict(
-        UNRESOLVED, f"resolves only +-{half_width(aa):.1%}, not {target:.0%}: {text}", numbers
+        UNRESOLVED, f"resolves only +-{half_width(aa):.1%}, not {target * 100:g}%: {text}", numbers
     )
