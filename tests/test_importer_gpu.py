@@ -293,6 +293,21 @@ def test_kernel_records_read_the_raw_data_contract(mod, tmp_path, eager, identic
     assert "ragged" in split["tables"][0]
 
 
+def test_a_shorter_newer_kernel_run_does_not_displace_a_longer_one(mod, tmp_path):
+    """Of two contract files that measured the variant (neither with the build tree's sha256),
+    the one of more rounds is read although the other is newer; at equal rounds, the newer."""
+    long = {**_contract(20.0), "method": {"rounds": 5}}
+    short = {**_contract(80.0), "method": {"rounds": 3}, "date": "2026-12-01T00:00:00+00:00"}
+    (tmp_path / "0.22.0" / "kernel-long.json").write_text(json.dumps(long))
+    (tmp_path / "0.22.0" / "kernel-short.json").write_text(json.dumps(short))
+    split = {r["step"]: r for r in mod.kernels("0.22.0")}["kernel-010"]
+    assert split["numbers"]["source"] == "kernel-long.json" and split["outcome"] == "pass"
+    short["method"]["rounds"] = 5
+    (tmp_path / "0.22.0" / "kernel-short.json").write_text(json.dumps(short))
+    split = {r["step"]: r for r in mod.kernels("0.22.0")}["kernel-010"]
+    assert split["numbers"]["source"] == "kernel-short.json" and split["outcome"] == "fail"
+
+
 def test_recorded_patch_hashes_decide_staleness_per_patch(mod, tmp_path):
     """A step file that carries the overlay's {subject: diff hash} is current evidence for a
     patch whose diff is unchanged (even from another series), and stale for a changed one."""

@@ -807,16 +807,21 @@ def is_contract(data: object) -> bool:
     return bool(isinstance(data, dict) and "machine" in data and rows and "variant" in rows[0])
 
 
-def kernel_file(version: str, variant: str) -> Path | None:
-    """The newest kernel file in the raw-data contract that measured `variant` (step folders
-    and their raw/ folders of every pin), else `version`'s legacy KERNEL_FILE."""
+def kernel_file(version: str, variant: str, files: tuple[str, ...] = ()) -> Path | None:
+    """The strongest kernel file in the raw-data contract that measured `variant` (step folders
+    and their raw/ folders of every pin): one that measured the patch as it is now
+    (`variant_is_current` over `files`) before one that did not, then the one of more rounds,
+    then the newest, so a shorter re-run does not displace a longer run of the same code; else
+    `version`'s legacy KERNEL_FILE."""
     contract = []
     for path in [*gpu_root().glob("*/*.json"), *gpu_root().glob("*/raw/*.json")]:
         data = results.read_json(path)
         if is_contract(data) and any(r.get("variant") == variant for r in data["rows"]):
-            contract.append((str(data.get("date", "")), path))
+            current = bool(files) and variant_is_current(data, variant, version, files)
+            rounds = (data.get("method") or {}).get("rounds") or 0
+            contract.append((current, rounds, str(data.get("date", "")), path))
     if contract:
-        return max(contract)[1]
+        return max(contract)[-1]
     legacy = gpu_root() / version / KERNEL_FILE
     return legacy if legacy.exists() else None
 
@@ -909,7 +914,8 @@ def kernels(version: str) -> list[dict]:
                 continue
             number = patch_number(version, entry.pins[version])
             variant = step.variant.format(pin=version, number=number)
-            path = kernel_file(version, variant)
+            patch = next(p for p in read_series(version) if p.name.startswith(number))
+            path = kernel_file(version, variant, tuple(patch.files))
             if path is None:
                 continue
             data = results.read_json(path)
@@ -936,7 +942,6 @@ def kernels(version: str) -> list[dict]:
                     date=date,
                     patches=[entry.slug],
                 )
-                patch = next(p for p in read_series(version) if p.name.startswith(number))
                 current = is_contract(data) and variant_is_current(
                     data, variant, version, patch.files
                 )
