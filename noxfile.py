@@ -262,7 +262,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-# --- CPU tier (issue 7) ---
+# --- CPU tier ---
 # Sessions exist for every pin that has a CPU runtime recipe (verify/runtime.py:RECIPES). They
 # run in the current environment: the steps build their own cached runtime venv. Arguments after
 # `--` go to `python -m verify.e2e` (e.g. `nox -s e2e-0.22.0 -- --quick --tree DIR --model M`).

@@ -12,7 +12,7 @@
 # Workloads (second argument), each on its pin's bundle and overlay (.gpu/overlay/<pin>):
 #   mrv2   0.22.0, seed 000: MRV2 (the default runner for Qwen3), 128 prompts x 2 in / 512 out,
 #          rate inf
-#   ngram  0.22.0, seed 010 (issue 21): V1 runner, ngram speculative decoding (4 tokens), 4
+#   ngram  0.22.0, seed 010: V1 runner, ngram speculative decoding (4 tokens), 4
 #          requests at a time, 64 in / 512 out, temperature 1, on a model that repeats its last
 #          token (so a draft is proposed at every step and the recovered-token kernel runs)
 #   grit   0.18.1, seed 002: a random GritLM served with --runner pooling, 2000 GritLM

@@ -11,7 +11,7 @@
 #                                           ends), then copy what it wrote under its OUT (a
 #                                           partial record: verify.ab engine checkpoints after
 #                                           every round) and its log into this call's $OUT
-# Example (issue 22, B=256 beside the series on one H100; each line one device call):
+# Example (the penalty cost, B=256 beside the series on one 80 GB GPU; each line one device call):
 #   bash scripts/gpu_detached.sh start b256 env PB_ENGINES_IN_TURN=1 PB_DEADLINE=1500 \
 #     PB_VARIANTS='series patched' PB_SHAPES=256x2048 bash scripts/gpu_penalties_ab.sh TAG; \
 #     bash scripts/gpu_detached.sh watch b256 $((570-SECONDS))

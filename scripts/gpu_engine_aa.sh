@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20's engine-level resolution proof in one device call (python -m verify.ab engine):
+# The engine-level resolution proof in one device call (python -m verify.ab engine):
 # three LLMs of the official bundle, started at once, measure one config (LLM.generate of B
 # requests x L tokens: 32 random prompt tokens, ignore_eos, seeded per request) in rotating
 # order until PB_DEADLINE s after the call started. Record -> $OUT/gpu/<TAG>.json (TAG engine-aa*:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of issue 22's penalty-cost A/B (python -m verify.ab engine, V1 runner): one
+# One device call of 0011's penalty-cost A/B (python -m verify.ab engine, V1 runner): one
 # LLM per variant, started at once (or in turn: PB_ENGINES_IN_TURN), each config run as
 # LLM.generate of B requests x L tokens (32 random prompt tokens, ignore_eos, seeded per
 # request), cells in rotating order per shape.
@@ -11,7 +11,7 @@
 # `python -m verify.gpu_overlay 0.22.0 --at-patch 0010`).
 # Samplings: plain (temperature 1, no top-k/top-p), pen (plain + presence 1.5, frequency 0.5,
 # repetition 1.1), plain-topkp / pen-topkp (top_k 50, top_p 0.9).
-# Knobs (the H100's time is the limit; a round of one shape measures every cell once):
+# Knobs (device time is the limit; a round of one shape measures every cell once):
 #   PB_DEADLINE=540           s from the script's start: everything, engine start-up included
 #   PB_VARIANTS="series patched"   any of pristine series patched
 #   PB_SHAPES="64x2048"       BxL shapes of series and patched (e.g. "32x2048 128x2048")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's penalty-cost A/B on every GPU of a multi-GPU machine (nvidia-h100-x4 ...) in one
+# The penalty-cost A/B on every GPU of a multi-GPU machine (4 GPUs of one host ...) in one
 # device call: each job is one `gpu_penalties_ab.sh` run alone on its GPUs (CUDA_VISIBLE_DEVICES,
 # the next free ones in job order), pinned to those GPUs' equal share of the CPU cores, with its
 # own compile cache. A job takes one GPU, or one per variant with PB_GPU_PER_VARIANT=1 (B=256 or

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """0011's penalty kernel (one `penalty_state.py`) at several output lengths, timed side by side
-in the same rounds: issue 22 asks that the penalty path's host time per step not grow with L.
+in the same rounds: the penalty path's host time per step must not grow with L.
 
     python3 scripts/gpu_penalty_state_length_bench.py --source now=FILE \\
         --out $OUT/gpu/micro-penalty-state-length.json

@@ -1,7 +1,7 @@
 """Host profile (cProfile) of V1 decode with and without penalties, on the GPU machine.
 
-Shows where the per-step host time of the penalty path goes (issues 8 and 22; one engine of
-`--batch` rows, plain and penalized as issue 22's A/B samples them: no top-p, seeded). Runs in the
+Shows where the per-step host time of the penalty path goes (one engine of `--batch` rows,
+plain and penalized as the penalty-cost A/B samples them: no top-p, seeded). Runs in the
 current import root (PYTHONPATH: the bundle or a patched copy of it), in-process engine
 (`--unseeded`: no seed per request, vLLM's default, a shorter step):
     VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0 \\
@@ -48,7 +48,7 @@ def main() -> int:
     summary: dict = {"batch": args.batch, "output_len": args.output_len, "configs": {}}
     summary["seeded"] = not args.unseeded
     for name, config in spec["configs"].items():
-        # As issue 22's A/B samples: temperature 1, no top-p.
+        # As the penalty-cost A/B samples: temperature 1, no top-p.
         params = {k: v for k, v in config["params"].items() if k != "top_p"}
         params |= {"seed": None} if args.unseeded else {}
         config = {**config, "params": params}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU verification tier (issue 8), run ON the lent GPU machine with the offline vLLM bundle.
+"""GPU verification tier, run on a GPU machine with the offline vLLM bundle.
 
 Needs only what the GPU image has (torch, transformers, tokenizers, pytest) and the bundle
 (``PYTHONPATH=/tmp/vllm-bundle/site``). The series' changed files travel in an overlay folder
@@ -40,8 +40,8 @@ from pathlib import Path
 COMPILE_CACHES = Path("/tmp/pb-vllm-cache")
 # Every engine and server of an A/B compiles in Inductor's deterministic mode. Without it
 # Inductor times candidate reduction configs on the device and keeps the fastest, so two
-# compiles of one model may sum in different orders: in session 7 pristine's tokens changed
-# between penalties-v1 calls (one fresh compile, later cache loads) while patched's did not.
+# compiles of one model may sum in different orders, and one build's tokens then change
+# between calls (one fresh compile, later cache loads).
 COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1"}
 SHIMS = Path("/tmp/pb-shims")
 HERE = Path(__file__).resolve()
@@ -773,7 +773,7 @@ STEPS: dict[str, dict] = {
     # B=32 so that both engines' KV caches (0.45 of the GPU each, about 280k tokens of the
     # 0.6B shape) hold every sequence without preemption.
     "penalties-v1-long": _penalties_step(32, 8160, 8192),
-    # issue 22: a larger batch (the cost grew with B): 128 x (32 + 2048) tokens fit both
+    # a larger batch (the penalty cost grows with B): 128 x (32 + 2048) tokens fit both
     # engines' KV caches.
     "penalties-v1-b128": _penalties_step(128, 2048, 2048 + 48),
     # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
@@ -817,7 +817,7 @@ STEPS: dict[str, dict] = {
         "configs": {"embed": {"prompts": 2048}},
     },
 }
-# issue 10: ngram speculative decoding on the V1 runner (rejection sampler without draft
+# ngram speculative decoding on the V1 runner (rejection sampler without draft
 # probs: patch 010's recovered-token kernel runs for every draft token of random requests)
 STEPS["spec-ngram"] = {
     "seed": "010",

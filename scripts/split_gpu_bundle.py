@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cut an offline vLLM bundle (../shared/gpu/make-bundle.py's .gpu/a and .gpu/b) into more,
 smaller pieces, once the project's own files no longer leave room for a 58 MiB piece in a
-device call (64 MiB at most, every tracked file included: 9 MB after session 25).
+device call (64 MiB at most, every tracked file included).
 
     python scripts/split_gpu_bundle.py                        # .gpu/a, .gpu/b -> .gpu/p1 .. pN
     python scripts/split_gpu_bundle.py --beside .gpu/overlay  # room for it beside the last piece

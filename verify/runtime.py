@@ -4,7 +4,7 @@ any CUDA machine with network), and two import roots over it: **pristine** (the 
 released) and **patched** (a copy of the wheel's
 ``vllm`` package with the ``.py`` files that the series changes taken from the build tree).
 
-Recipe (issue 7; every step seen working on a 2-core AVX2 machine without a GPU):
+Recipe (every step works on a 2-core AVX2 machine without a GPU):
 
 1. a fresh venv;
 2. ``pip install torch==2.11.0`` from PyPI (the CUDA build; it runs on a CPU; ~2 GB);

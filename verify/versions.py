@@ -10,7 +10,7 @@ PINNED: tuple[str, ...] = ("0.16.0", "0.18.1", "0.22.0", "0.33.0")
 #: The seed series' main pin.
 MAIN: str = "0.22.0"
 
-#: Pins whose GPU steps cannot run on the lent GPU machine, and why: the `not run` reason a
+#: Pins whose GPU steps cannot run on the GPU machine the tier uses, and why: the `not run` reason a
 #: report gives for a GPU step without a record on that pin.
 GPU_NOT_RUNNABLE: dict[str, str] = {
     "0.33.0": (

@@ -23,7 +23,7 @@ one GPU, `--in-turn`, for shapes whose engines do not fit it together), and meas
 VARIANT/CONFIG (a config: batch, lengths and sampling parameters) as one `LLM.generate` each,
 in rotating rounds per batch shape, within a time budget (`--help` says how). A planted variant
 (`plant`) gets its steps and seconds slept per cell and a predicted ratio, as in `serve`
-(issue 20's A/A + planted proof: scripts/gpu_engine_aa.sh). Example (issue 22's penalty cost;
+(the engine A/A + planted proof: scripts/gpu_engine_aa.sh). Example (the penalty cost;
 scripts/gpu_penalties_ab.sh builds the full argument list):
 
     python3 -m verify.ab engine --model /tmp/pb-model --base-site /tmp/vllm-bundle/site \\
@@ -522,8 +522,8 @@ def measurer(engines: dict[str, Engine], configs: dict, args, deadline: float, r
                 "(batch x output_len with ignore_eos): the requests were cut short"
             )
         rates[rate_key(cell, configs)] = result["elapsed_s"] / result["output_tokens"]
-        # Everything the worker measured reaches the record (a list of keys to keep dropped
-        # thread_cpus in session 21 and gpu in session 30); only the token preview stays out.
+        # Everything the worker measured reaches the record (a list of keys to keep would drop
+        # each new measurement, such as thread_cpus or gpu); only the token preview stays out.
         return {k: v for k, v in result.items() if k != "first_tokens"}
 
     return measure

@@ -1,5 +1,5 @@
 """The GPU tier's device edge: where the offline vLLM bundle and the import roots live on the
-lent machine, the random-weight models built there (it has no model hub), and one import root
+GPU machine, the random-weight models built there (it has no model hub), and one import root
 per variant (the bundle with that variant's overlay files). Standard library at import; torch,
 transformers and tokenizers (the device image has them) only inside the model builders."""
 

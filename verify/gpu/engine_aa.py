@@ -1,4 +1,4 @@
-"""The plan of issue 20's engine-level resolution proof on the GPU (scripts/gpu_engine_aa.sh):
+"""The plan of the engine-level resolution proof on the GPU (scripts/gpu_engine_aa.sh):
 the `python -m verify.ab engine` arguments of three engines of the official bundle measuring
 one config, and the run's meta (vLLM version read from the bundle, the checkout's series).
 

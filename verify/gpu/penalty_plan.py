@@ -1,4 +1,4 @@
-"""The plan of issue 22's penalty-cost A/B on the GPU (scripts/gpu_penalties_ab.sh): from the
+"""The plan of 0011's penalty-cost A/B on the GPU (scripts/gpu_penalties_ab.sh): from the
 variants, shapes and samplings asked for, the `python -m verify.ab engine` arguments (configs,
 cells, comparisons, engine arguments with a KV cache that holds the largest shape without
 preemption), refusing a plan whose engines do not fit the GPU together (or, one GPU per variant,

@@ -534,8 +534,8 @@ def staging_003(version: str) -> dict | None:
     """The micro step's race check of 003's double-buffered CUDA staging."""
     check = _load(version, "gpu_check_003_staging")
     meta = _load(version, "micro")
-    # Only runs made by the micro step (they name the patched file they loaded); the file of
-    # session 2 checked a pre-series staging patch outside any series and stays unimported.
+    # Only runs made by the micro step (they name the patched file they loaded); the earliest
+    # file checked a pre-series staging patch outside any series and stays unimported.
     if not check or not meta or "penalties" not in check:
         return None
     src = {**meta, "command": check["command"]}

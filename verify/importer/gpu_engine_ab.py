@@ -1,5 +1,5 @@
 """GPU tier, engine A/B runs (`python -m verify.ab engine`, scripts/gpu_penalties_ab.sh) ->
-records. Issue 22's penalty cost: results/gpu/<version>/penalties-ab*.json (one file per
+records. 0011's penalty cost: results/gpu/<version>/penalties-ab*.json (one file per
 device call) -> the record `e2e-gpu-penalty-cost`.
 
 Per run and batch shape, every variant's penalty cost is the paired ratio of its penalized
@@ -34,7 +34,7 @@ slower", the registry step's threshold, 2%):
   (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
   and for sampled configs without per-request seeds, the comparison is reported, not judged.
 Shapes that a run did not reach are listed as not run with its reason. Pools are per GPU model;
-issue 22 states its goal on the H100 (GOAL_GPU), so the reason names the goal cells that the H100
+the goal is stated on the H100 (GOAL_GPU), so the reason names the goal cells that the H100
 did not measure, and those where patched did not meet the series there.
 
 The record's key table (the PR report's) puts, per run, shape and sampling, pristine's, the
@@ -60,7 +60,7 @@ from verify.series import read_series
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
 
 STEP = "e2e-gpu-penalty-cost"
-#: Issue 22's goal range as this step covers it: (B, L at least, top-k/top-p, seeded) cells
+#: The penalty-cost goal range as this step covers it: (B, L at least, top-k/top-p, seeded) cells
 #: where patched's penalty cost must be measured before the verdict speaks for the range (B
 #: 32..256 at 2k, 8k at B=64, top-k/top-p at B=64); a pass elsewhere is `inconclusive` until
 #: then. The cells are unseeded, vLLM's default: a seed per request adds a generator call per
@@ -70,7 +70,7 @@ GOAL = (
     (32, 2048, False, False), (64, 2048, False, False), (128, 2048, False, False),
     (256, 2048, False, False), (64, 8000, False, False), (64, 2048, True, False),
 )  # fmt: skip
-#: The GPU model issue 22 states its goal on: a goal range measured only on others is said.
+#: The GPU model the goal is stated on: a goal range measured only on others is said.
 GOAL_GPU = "H100"
 FILES = "penalties-ab*.json"
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
@@ -79,7 +79,7 @@ BASELINES = ("series", "pristine")
 
 def load_runs(version: str, files: str = FILES) -> list[dict]:
     """Every engine A/B run (`python -m verify.ab engine`) of `version` in the step files
-    matching `files` (default: issue 22's), oldest first."""
+    matching `files` (default: the penalty-cost runs'), oldest first."""
     runs = [results.read_json(p) for p in sorted((gpu.gpu_root() / version).glob(files))]
     return sorted((r for r in runs if r.get("kind") == "engine-ab"), key=lambda r: r["date"])
 
@@ -766,7 +766,7 @@ def production_headline(pools: list[Pool], version: str) -> str | None:
 
 
 def penalty_cost(version: str) -> dict | None:
-    """The record of issue 22's penalty-cost runs measured with the newest run's series, the
+    """The record of the penalty-cost runs measured with the newest run's series, the
     rounds of runs at one shape and set of configs pooled."""
     runs = load_runs(version)
     if not runs:

@@ -1,4 +1,4 @@
-"""GPU tier, issue 20's engine-level resolution proof (scripts/gpu_engine_aa.sh: `python -m
+"""GPU tier, the engine-level resolution proof (scripts/gpu_engine_aa.sh: `python -m
 verify.ab engine` with engines pristine, pristine2 and planted of the official bundle, one
 config) -> the record `gpu-engine-resolution`: results/gpu/<version>/engine-aa*.json, one
 file per device call.

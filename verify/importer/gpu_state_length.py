@@ -1,4 +1,4 @@
-"""Issue 22's host-time goal for 0011's penalty kernel: host time per call must not grow with
+"""The host-time goal for 0011's penalty kernel: host time per call must not grow with
 the output length L (scripts/gpu_penalty_state_length_bench.py; each length a "variant" of one
 shape, timed side by side, the shortest the baseline).
 

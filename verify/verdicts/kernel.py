@@ -115,7 +115,7 @@ def judge(rows: list[Row], variant: str, threshold: float = 0.05, claim: str = "
 
 
 def from_legacy(data: dict[str, Any]) -> list[Row]:
-    """Contract rows from a ``scripts/gpu_kernel_bench.py`` file of sessions 1-9 (meta, rows
+    """Contract rows from a ``scripts/gpu_kernel_bench.py`` file in its first format (meta, rows
     with per-variant ``times_us`` / ``eager_times_us`` and correctness counters; no host time)."""
     baseline = data["meta"]["baseline"]
     out = []
