@@ -1403,3 +1403,38 @@ def test_a_production_shape_pool_gives_the_record_its_headline(root):
     assert headline.startswith("penalized decode 1.24x [")
     assert "(penalty cost: this PR 0." in headline and "; v0.22.0 19." in headline  # 1%, 20%
     assert "H100, qwen3-8b shape (dummy weights), B=64 L=2048, presence 1.5" in headline
+
+
+def _turn_rounds(hashes: dict[str, str]) -> list:
+    """One round per engine (engines that took turns, or one engine per call)."""
+    return [
+        ab_rounds.Round(i, (cell,), {cell: {"token_ids_hash": h}}) for i, (cell, h) in
+        enumerate(hashes.items())
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("patched", "control", "outcome", "words"),
+    [
+        ("h", "h", "pass", "identical across separate engine starts"),
+        ("other", "h", "fail", "differ from pristine while pristine agrees with itself"),
+        ("other", "x", "inconclusive", "control failed"),
+    ],
+)
+def test_tokens_of_engines_that_never_shared_a_round_are_judged_across_starts(
+    patched, control, outcome, words
+):
+    """Seeded tokens of separate engine starts: judged when the baseline and its second
+    engine agree across their own starts, pass or fail on the patched engine's output."""
+    rounds = _turn_rounds({"pristine/pen": "h", "pristine2/pen": control, "patched/pen": patched})
+    verdict = gpu_engine_ab._tokens(rounds, "pristine/pen", "patched/pen", "pristine2/pen", "t")
+    assert verdict.outcome == outcome and words in verdict.reason
+
+
+def test_tokens_across_starts_need_the_control_and_the_compared_engine():
+    rounds = _turn_rounds({"pristine/pen": "h", "pristine2/pen": "h"})
+    verdict = gpu_engine_ab._tokens(rounds, "pristine/pen", "patched/pen", "pristine2/pen", "t")
+    assert verdict.outcome == "not run" and "patched/pen" in verdict.reason
+    rounds = _turn_rounds({"pristine/pen": "h", "patched/pen": "h"})
+    verdict = gpu_engine_ab._tokens(rounds, "pristine/pen", "patched/pen", None, "t")
+    assert verdict.outcome == "not run" and "second engine" in verdict.reason

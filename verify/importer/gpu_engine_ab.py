@@ -400,7 +400,7 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
         return all(r.values[a]["token_ids_hash"] == r.values[b]["token_ids_hash"] for r in mine)
 
     if not mine:
-        return Verdict(NOT_RUN, f"{what}: no round ran {' and '.join(cells)} together")
+        return _tokens_across_starts(rounds, base, cell, control, what)
     identical = agree(base, cell)
     if control is None:
         seen = "identical" if identical else "differ"
@@ -411,6 +411,32 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
     verdict = identity.judge(identical, agree(base, control), what, baseline=build)
     if verdict.outcome == PASS and not verdict.reason:
         same = f"identical in {len(mine)} round(s), {build} agreeing with its second engine"
+        return Verdict(PASS, f"{what}: {same}")
+    return verdict
+
+
+def _tokens_across_starts(
+    rounds: list, base: str, cell: str, control: str | None, what: str
+) -> Verdict:
+    """`cell`'s tokens against `base`'s where no round ran them together (engines that took
+    turns, or calls of one engine each): judged only when the baseline and its second engine
+    gave one and the same output in every round each ran (so separate starts of that build
+    agree, here across calls too), and `cell` ran; else not run."""
+    hashes = {
+        c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
+        for c in (base, cell, control)
+        if c
+    }
+    missing = [c for c, h in hashes.items() if not h]
+    if control is None or missing:
+        absent = ", ".join(missing) or "a second engine of the baseline's build"
+        return Verdict(NOT_RUN, f"{what}: not judged across engine starts (no {absent})")
+    build = base.split("/")[0]
+    control_agrees = len(hashes[base] | hashes[control]) == 1
+    identical = hashes[cell] == hashes[base] and len(hashes[base]) == 1
+    verdict = identity.judge(identical, control_agrees, what, baseline=build)
+    if verdict.outcome == PASS and not verdict.reason:
+        same = f"identical across separate engine starts, {build} agreeing with its second engine"
         return Verdict(PASS, f"{what}: {same}")
     return verdict
 
