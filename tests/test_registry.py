@@ -205,3 +205,47 @@ def test_registry_prose_holds_no_figures_or_history(tmp_path, field, text, probl
 def test_the_committed_registry_prose_is_within_its_rules() -> None:
     for entry in registry.load().values():
         assert registry.prose_problems(entry) == [], entry.slug
+
+
+def test_a_speed_step_without_a_threshold_is_a_problem(tmp_path: Path) -> None:
+    src = (registry.registry_dir() / "mrv2-skip-fp32-logits-copy.toml").read_text()
+    assert "threshold = 0.01" in src
+    (tmp_path / "x.toml").write_text(src.replace("threshold = 0.01\n", "", 1))
+    problems = registry.validate(PINS, tmp_path)
+    assert any(p.startswith("registry x: step ") and "states no threshold" in p for p in problems)
+
+
+def test_a_records_threshold_comes_from_every_step_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """registry.threshold: the one value the steps naming the record state; a named error
+    where none states one, they disagree, or no step names the record."""
+    assert registry.threshold("0.22.0", "e2e-gpu-penalties-v1") == 0.02  # five entries agree
+    assert registry.threshold("0.22.0", "gpu-serve-ab") == 0.01
+    with pytest.raises(registry.ThresholdError, match="no step"):
+        registry.threshold("0.22.0", "no-such-record")
+    reg = _registry_copy(tmp_path, monkeypatch)
+    entry = reg / "penalty-state-device.toml"
+    entry.write_text(entry.read_text().replace("threshold = 0.02\n", "threshold = 0.05\n", 1))
+    with pytest.raises(registry.ThresholdError, match="penalty-state-device: 0.05"):
+        registry.threshold("0.22.0", "e2e-gpu-penalties-v1")
+
+
+def test_importers_take_speed_thresholds_from_the_registry() -> None:
+    """No judge call in verify/importer passes a numeric literal (a threshold written in code):
+    every speed rule's threshold is the registry's (registry.threshold)."""
+    import ast
+
+    judges = {"judge", "judge_shapes", "_identity_and_speed", "judge_lengths"}
+    found = []
+    for path in sorted((PACKAGE_PARENT / "verify" / "importer").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            values = [*node.args, *(k.value for k in node.keywords)]
+            literal = [v.value for v in values if isinstance(v, ast.Constant)
+                       and isinstance(v.value, float)]  # fmt: skip
+            if name in judges and literal:
+                found.append(f"{path.name}:{node.lineno} {name}({literal})")
+    assert found == []

@@ -98,7 +98,7 @@ class Step:
     harness: tuple[str, ...] = ()
     pins: tuple[str, ...] = ()
     claim: str = "faster"
-    threshold: float = 0.05
+    threshold: float | None = None  # required where a step is judged on speed (`threshold`)
     variant: str = ""
     not_applicable: str = ""
     note: str = ""
@@ -206,14 +206,28 @@ def entry_for(patch: Patch, version: str, entries: dict[str, Entry] | None = Non
     return found[0] if found else None
 
 
-def record_threshold(version: str, record: str, default: float) -> float:
-    """The noise threshold of the registry step on `version` that names record step `record`
-    (`default` where no step names it)."""
-    for entry in load().values():
-        for step in entry.steps_on(version):
-            if record in step.records:
-                return step.threshold
-    return default
+class ThresholdError(PatchbenchError):
+    """A record judged on speed whose registry steps state no threshold, or disagree."""
+
+
+def threshold(version: str, record: str) -> float:
+    """The noise threshold the registry states for record step `record` on `version`: every
+    step that names the record must state the same one (a speed rule's threshold lives only
+    in the registry); ThresholdError otherwise."""
+    found = {
+        (entry.slug, step.threshold)
+        for entry in load().values()
+        for step in entry.steps_on(version)
+        if record in step.records
+    }
+    values = {t for _, t in found}
+    if not found or None in values or len(values) > 1:
+        said = ", ".join(f"{slug}: {t}" for slug, t in sorted(found, key=str)) or "no step"
+        raise ThresholdError(
+            f"record {record} on {version} is judged on speed: every registry step naming it "
+            f"needs the same `threshold = <fraction>` ({said})"
+        )
+    return values.pop()
 
 
 def patches_for_record(
@@ -259,7 +273,23 @@ def validate(
             problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
         problems += _without_failing_step(entry)
         problems += prose_problems(entry)
+        problems += threshold_problems(entry)
     return problems
+
+
+#: Rules that judge speed against a noise threshold: a step of one that makes a record must
+#: state its `threshold` (the importer reads it from here, never from code).
+SPEED_RULES = ("performance", "kernel", "serve-bench")
+
+
+def threshold_problems(entry: Entry) -> list[str]:
+    """One problem per record-making step of a speed rule without a `threshold`."""
+    return [
+        f"registry {entry.slug}: step {step.title!r} ({step.rule}) states no threshold; add "
+        "`threshold = <fraction>` (0.02 is 2%)"
+        for step in entry.steps
+        if step.rule in SPEED_RULES and step.records and step.threshold is None
+    ]
 
 
 #: Registry prose is timeless and figure-free (bodies take their numbers from records only):

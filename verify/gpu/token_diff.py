@@ -19,7 +19,7 @@ def first_differences(a: list[list[int]], b: list[list[int]]) -> list[dict]:
         raise ValueError(f"{len(a)} requests against {len(b)}: not the same batch")
     out = []
     for row, (x, y) in enumerate(zip(a, b, strict=True)):
-        step = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), None)
+        step = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), None)
         if step is None and len(x) != len(y):
             step = min(len(x), len(y))
         if step is None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verify import build_ab, paths, results, sparse_penalties
+from verify import build_ab, paths, registry, results, sparse_penalties
 from verify.verdicts import FAIL, PASS, Verdict, growth, identity, serve_bench
 
 Record = dict[str, Any]
@@ -122,12 +122,12 @@ def bench_records(version: str) -> list[Record]:
     return [r for r in made if r]
 
 
-def _serve(numbers: dict) -> Verdict:
+def _serve(numbers: dict, threshold: float) -> Verdict:
     runs = numbers.get("runs", {})
     if not runs.get("pristine"):
         return Verdict("not run", "the record carries no per-round values")
     per = {v: {m: [r[m] for r in runs[v]] for m in serve_bench.METRICS} for v in runs}
-    return serve_bench.judge(per["pristine"], per["patched"], 0.05)
+    return serve_bench.judge(per["pristine"], per["patched"], threshold)
 
 
 def _identity(record: Record, key: str, what: str) -> Verdict:
@@ -149,7 +149,7 @@ def rejudge(record: Record) -> Record | None:
     if step.startswith("e2e-not-run"):
         return None
     if step == "e2e-serve-bench":
-        verdict = _serve(n)
+        verdict = _serve(n, registry.threshold(record["vllm_version"], step))
         n = {**n, **{f"{m}_patched_over_pristine": v for m, v in verdict.numbers.items()}}
     elif step == "e2e-token-identity":
         verdict = _identity(record, "differing", "tokens")

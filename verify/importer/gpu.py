@@ -288,7 +288,8 @@ def penalties(version: str, step: str = "penalties-v1") -> dict | None:
     numbers["patched_penalties_over_plain"] = cost_ratio.as_dict()
     ratio = stats.ratio_of_ratios(numbers["penalties_patched_over_pristine_per_round"])
     numbers["penalties_tok_per_s_patched_over_pristine"] = ratio.as_dict()
-    parts.append(performance.judge(ratio, 0.02, lower_is_better=False, what="penalties tok/s"))
+    limit = registry.threshold(version, f"e2e-gpu-{step}")
+    parts.append(performance.judge(ratio, limit, lower_is_better=False, what="penalties tok/s"))
     return _record(src, f"e2e-gpu-{step}", "003", combine(parts), numbers, "", [table, attr])
 
 
@@ -322,7 +323,8 @@ def spec_ngram(version: str) -> dict | None:
         ]
     )
     proposed = sum(d.get("vllm:spec_decode_num_draft_tokens", 0) for d in drafts.values())
-    verdict, ratios = _identity_and_speed(s, "faster", 0.02)
+    limit = registry.threshold(version, "e2e-gpu-spec-ngram")
+    verdict, ratios = _identity_and_speed(s, "faster", limit)
     numbers["tok_per_s_patched_over_pristine"] = ratios
     if not proposed:
         verdict = Verdict(FAIL, "no draft tokens were proposed: the kernel was never exercised")
@@ -345,6 +347,7 @@ def micro_000(version: str) -> dict | None:
         return None
     s = src["summary"]
     parts, ratios = [], {}
+    limit = registry.threshold(version, "microbench-gpu-000")
     for shape, e in s.items():
         pristine, patched = _round_pairs(src.get("rounds", []), shape)
         if not e["ids_identical"]:
@@ -355,7 +358,7 @@ def micro_000(version: str) -> dict | None:
     for claim, skips in (("faster", True), ("not slower", False)):
         group = {k: r for k, r in ratios.items() if bool(s[k].get("patched_skips")) == skips}
         if group:
-            parts.append(performance.judge_shapes(group, 0.02, claim=claim))
+            parts.append(performance.judge_shapes(group, limit, claim=claim))
     rows = [
         f"| {k} | {e['pristine_us']:.0f} | {e['patched_us']:.0f} | "
         f"{ratios[k].text(2) if k in ratios else '-'} | {e['copy_us']:.0f} | {e['ids_identical']} |"
@@ -505,9 +508,10 @@ def micro_003_state(version: str) -> dict | None:
     variant = next(n for n in data["variants"] if n != baseline)
     judged, shown = state_claims(rows)
     parts, tables, numbers = [], [], {}
+    limit = registry.threshold(version, "microbench-gpu-003-state")
     for bench, claim in judged:
         mine = [r for r in rows if r["bench"] == bench]
-        parts.append(kernel.judge(mine, variant, 0.05, claim))
+        parts.append(kernel.judge(mine, variant, limit, claim))
         numbers[STATE_BENCHES[bench]] = parts[-1].numbers
         tables.append(f"{bench} ({variant} / {baseline})\n\n" + _kernel_table(mine, variant))
     for bench in shown:
@@ -617,7 +621,7 @@ def micro_002() -> dict | None:
         for r in src["results"]
         if "step" in r["measures"]
     }
-    verdict = performance.judge_shapes(shapes, 0.05)
+    verdict = performance.judge_shapes(shapes, registry.threshold("0.18.1", "microbench-gpu-002"))
     if not (src["contents_ok"] and src.get("status") == "ok"):
         verdict = Verdict(FAIL, "prompt-id contents differ or the run failed")
     return _record(record_src, "microbench-gpu-002", "002", verdict, numbers, "", [table])
@@ -668,7 +672,8 @@ def mrv2(version: str) -> dict | None:
     if not src or "summary" not in src:
         return None
     s = src["summary"]
-    verdict, ratios = _identity_and_speed(s, "faster", 0.02)
+    limit = registry.threshold(version, "e2e-gpu-mrv2")
+    verdict, ratios = _identity_and_speed(s, "faster", limit)
     numbers = {f"{c}_tok_per_s_patched_over_pristine": r for c, r in ratios.items()}
     numbers.update({f"{c}_tokens_identical": e["outputs_identical"] for c, e in s.items()})
     numbers["runner"] = "MRV2 (VLLM_USE_V2_MODEL_RUNNER=1), 128 prompts x 2 in / 512 out"
@@ -694,7 +699,11 @@ def embeddings(version: str) -> dict | None:
         return None
     e = src["summary"]["embed"]
     verdict, ratios = _identity_and_speed(
-        {"embed": e}, "not slower", 0.05, key="prompts_per_s", what="vectors"
+        {"embed": e},
+        "not slower",
+        registry.threshold(version, "gpu-embeddings-gritlm"),
+        key="prompts_per_s",
+        what="vectors",
     )
     numbers = {
         "model": "random-weight GritLM (Llama body, instruction-trimming mean pooler)",
@@ -745,7 +754,8 @@ def serving(version: str) -> list[dict]:
     if not src or "summary" not in src:
         return []
     per = serve_rounds(src["rounds"])
-    verdict = serve_bench.judge(per["pristine"], per["patched"], 0.02, claim="faster")
+    limit = registry.threshold(version, "gpu-serve-bench")
+    verdict = serve_bench.judge(per["pristine"], per["patched"], limit, claim="faster")
     table = "\n".join(
         [
             "| round | variant | output tok/s | median TPOT ms | p99 TPOT ms | p99 ITL ms |",
@@ -1076,7 +1086,8 @@ def _serve_ab_record(version: str, name: str) -> list[dict]:
                 rows.append(f"| {title} | {SERVE_METRICS[m]} | {r.text()} | {r.n} | {r.mde:.1%} |")
         ratio = ab_rounds.paired(done, *pair, metric)
         what = SERVE_METRICS[metric]
-        perf = performance.judge(ratio, 0.01, claim="faster", lower_is_better=False, what=what)
+        limit = registry.threshold(version, record_step)
+        perf = performance.judge(ratio, limit, claim="faster", lower_is_better=False, what=what)
         failed = ", ".join(f"{v} in {n} of {len(counted)} rounds" for v, n in sorted(short.items()))
         if pair[1] in short:
             verdict = Verdict(

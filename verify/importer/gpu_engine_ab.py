@@ -926,7 +926,7 @@ def _verdict(
 
 def _threshold(version: str) -> float:
     """The registry step's noise threshold for STEP (2% unless the entry says otherwise)."""
-    return registry.record_threshold(version, STEP, 0.02)
+    return registry.threshold(version, STEP)
 
 
 def records(version: str) -> list[dict]:

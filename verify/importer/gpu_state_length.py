@@ -58,7 +58,7 @@ def micro_003_state_length(version: str) -> dict | None:
     if not data or not data.get("timed"):
         return None
     rows, machine, command, date = kernel_rows(data)
-    verdict, numbers = judge_lengths(rows, registry.record_threshold(version, STEP, 0.05))
+    verdict, numbers = judge_lengths(rows, registry.threshold(version, STEP))
     numbers["ratios"] = "host time at the longest L / the shortest; below 1 is faster"
     record = results.make(
         STEP, "003", version, verdict.outcome, numbers, reason=verdict.reason,
