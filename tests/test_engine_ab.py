@@ -1438,3 +1438,24 @@ def test_tokens_across_starts_need_the_control_and_the_compared_engine():
     rounds = _turn_rounds({"pristine/pen": "h", "patched/pen": "h"})
     verdict = gpu_engine_ab._tokens(rounds, "pristine/pen", "patched/pen", None, "t")
     assert verdict.outcome == "not run" and "second engine" in verdict.reason
+
+
+def test_in_turn_runs_each_engine_alone_and_merges_their_rounds(tmp_path):
+    """--in-turn on stand-in workers: each variant's engine gets its turn, its rounds join the
+    stage's round k, and the record lists the turns."""
+    from verify.ab.__main__ import main
+
+    python = stand_in_python(tmp_path)
+    plain = {"batch": 4, "output_len": 8}
+    out = tmp_path / "ab.json"
+    rc = main(
+        ["engine", "--model", "m", "--variant", "a=", "--variant", "b=",
+         "--config", f"plain={json.dumps(plain)}",
+         "--config", f"pen={json.dumps({**plain, 'presence_penalty': 1.5})}",
+         "--rounds", "2", "--in-turn", "--python", str(python),
+         "--work", str(tmp_path / "work"), "--out", str(out)]
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert rc == 0 and record["stages"][0]["status"] == "ran a 2, b 2 rounds in turns"
+    assert [t["variant"] for t in record["turns"]] == ["a", "b"]
+    assert len(record["rounds"]) == 2 and len(record["rounds"][0]["values"]) == 4

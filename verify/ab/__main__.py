@@ -602,6 +602,18 @@ def stop_all(engines: dict[str, Engine]) -> None:
         engines.popitem()[1].stop()
 
 
+def stage_ends(stages, variants, configs, args, ctx: dict):
+    """The stages that still fit, each with the monotonic time its share of the time ends
+    (`stage_share`), after `ctx` gets the args, variants, configs and the shared `measure`."""
+    rates: dict[tuple, float] = {}
+    ctx |= {"args": args, "variants": variants, "configs": configs}
+    ctx["measure"] = measurer(ctx["engines"], configs, args, ctx["deadline"], rates)
+    for i, stage in enumerate(stages):
+        share = stage_share(stage, i, stages, configs, rates, ctx["deadline"])
+        if share is not None:
+            yield stage, time.monotonic() + share
+
+
 def run_block(stage: Stage, block: int, ctx: dict, budget_s: float) -> int:
     """One restart block of a stage: every variant's engine started afresh, warmed up, and
     measured in --restart-every rounds (fewer when `budget_s` runs out), each round tagged
@@ -647,15 +659,9 @@ def run_stages_restarting(stages, variants, configs, args, ctx: dict) -> None:
     of the time no longer fits a block as long as the slowest so far, or --rounds are counted.
     An engine instance's own offset (seen between identical engines at production shapes) then
     varies from block to block, and the comparisons are over blocks (`ab_rounds.paired`)."""
-    rates: dict[tuple, float] = {}
     ctx["record"]["blocks"] = []
-    ctx |= {"args": args, "variants": variants, "configs": configs}
-    ctx["measure"] = measurer(ctx["engines"], configs, args, ctx["deadline"], rates)
-    for i, stage in enumerate(stages):
-        share = stage_share(stage, i, stages, configs, rates, ctx["deadline"])
-        if share is None:
-            continue
-        end, slowest, block = time.monotonic() + share, 0.0, 0
+    for stage, end in stage_ends(stages, variants, configs, args, ctx):
+        slowest, block = 0.0, 0
         while time.monotonic() + slowest < end and counted(stage) < args.rounds:
             t0 = time.monotonic()
             if run_block(stage, block, ctx, end - t0) == 0:
@@ -729,15 +735,8 @@ def run_stages_in_turn(stages, variants, configs, args, ctx: dict) -> None:
     rounds as the first, and round k of the stage joins every turn's k-th (`merge_turns`).
     Penalized over plain stays within one engine and one turn; across variants only their
     ratios meet. `ctx`: engines, record, work, deadline and checkpoint of the front-end."""
-    rates: dict[tuple, float] = {}
     ctx["record"]["turns"] = []
-    ctx |= {"args": args, "variants": variants, "configs": configs}
-    ctx["measure"] = measurer(ctx["engines"], configs, args, ctx["deadline"], rates)
-    for i, stage in enumerate(stages):
-        share = stage_share(stage, i, stages, configs, rates, ctx["deadline"])
-        if share is None:
-            continue
-        end = time.monotonic() + share
+    for stage, end in stage_ends(stages, variants, configs, args, ctx):
         own = {v: [c for c in stage.cells if c.split("/", 1)[0] == v] for v in variants}
         own = {v: cells for v, cells in own.items() if cells}
         ctx["turns"], cap = [], args.rounds
