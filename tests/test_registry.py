@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -169,6 +170,10 @@ def test_cli_check_fails_on_an_entry_with_no_step_that_can_fail(
          "registry recovered-tokens-tiled-kernel: missing why; an entry needs title, devices"),
         (lambda t: t.replace("\ncommand = ", "\ncmd = ", 1), "a step without `command`",
          "registry recovered-tokens-tiled-kernel: a step lacks command; a step needs kind"),
+        (lambda t: t.replace('runners = ["V1"]', 'runners = ["V3"]'), "an unknown runner",
+         "registry recovered-tokens-tiled-kernel: runners = ['V3']; name the model runner(s)"),
+        (lambda t: re.sub(r'reaches = ".*"', 'reaches = ""', t), "an empty `reaches`",
+         "registry recovered-tokens-tiled-kernel: reaches is empty; say which requests"),
     ],
 )  # fmt: skip
 def test_cli_check_prints_one_line_errors(

@@ -13,6 +13,8 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     how = "..."                   # what the patch changes
     related_pr = "https://github.com/vllm-project/vllm/pull/NNNNN"   (or "none")
     future_plan = "..."
+    runners = ["V1"]              # the model runner(s) whose code the patch changes: V1, MRV2
+    reaches = "..."               # which requests and features reach the changed code (prose)
 
     [pins]                        # pin -> the patch's subject line on that pin (matched exactly,
     "0.22.0" = "[Perf][MRV2] ..." #   so renumbering a series never breaks the link)
@@ -77,7 +79,18 @@ HARNESS_PROOFS = {
     "gpu-engine-resolution": "the engine-level A/B (python -m verify.ab engine) resolves a "
     "planted slowdown of the predicted size and holds its A/A within the target",
 }
-_REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")
+_REQUIRED = (
+    "title",
+    "devices",
+    "why",
+    "how",
+    "related_pr",
+    "future_plan",
+    "runners",
+    "reaches",
+    "pins",
+)
+RUNNERS = ("V1", "MRV2")
 _STEP_REQUIRED = ("kind", "title", "device", "rule", "records", "command")
 _STEP_EXAMPLE = (
     '[[steps]] kind = "equivalence", title = "Equivalence: pristine vs patched", '
@@ -120,6 +133,8 @@ class Entry:
     pins: dict[str, str]
     upstream_figure: str = ""
     steps: tuple[Step, ...] = field(default=())
+    runners: tuple[str, ...] = ("V1",)
+    reaches: str = ""
 
     def steps_on(self, version: str) -> list[Step]:
         return [s for s in self.steps if s.on(version)]
@@ -175,6 +190,17 @@ def parse_entry(path: Path) -> Entry:
     bad = [d for d in raw["devices"] if d not in DEVICES]
     if bad:
         raise PatchbenchError(f"registry {slug}: unknown device(s) {bad}")
+    runners = raw["runners"]
+    if not runners or not isinstance(runners, list) or set(runners) - set(RUNNERS):
+        raise PatchbenchError(
+            f"registry {slug}: runners = {runners!r}; name the model runner(s) whose code the "
+            f'patch changes, one or more of {", ".join(RUNNERS)} (e.g. runners = ["V1"])'
+        )
+    if not isinstance(raw["reaches"], str) or not raw["reaches"].strip():
+        raise PatchbenchError(
+            f"registry {slug}: reaches is empty; say which requests and features reach the "
+            'changed code (e.g. reaches = "requests with a presence or frequency penalty")'
+        )
     steps = tuple(_step(slug, s) for s in raw.get("steps", []))
     headlines = [s.title for s in steps if s.headline]
     if len(headlines) > 1:
@@ -190,6 +216,8 @@ def parse_entry(path: Path) -> Entry:
         pins=dict(raw["pins"]),
         upstream_figure=raw.get("upstream_figure", "").strip(),
         steps=steps,
+        runners=tuple(runners),
+        reaches=raw["reaches"].strip(),
     )
 
 
@@ -264,7 +292,7 @@ def validate(
 
 #: Registry prose is timeless and figure-free (bodies take their numbers from records only):
 #: each field's length limit, and what it may not hold.
-PROSE_LIMITS = {"why": 500, "how": 900, "future_plan": 300}
+PROSE_LIMITS = {"why": 500, "how": 900, "future_plan": 300, "reaches": 300}
 _FIGURE = (
     r"\b\d+(?:\.\d+)?\s?(?:%|x\b|ms\b|us\b|µs\b|KiB|MiB|GiB|tok/s)"
     r"|\[\s*-?\d+(?:\.\d+)?%?,\s*-?\d+(?:\.\d+)?%?\]"

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import body, paths, registry, verdicts, versions
+from verify import body, paths, registry, runners, verdicts, versions
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
@@ -351,12 +351,17 @@ def _step_tables(title: str, records: list[Record]) -> list[str]:
     return [f"**{title}** (before/after):", "", *tables, ""] if tables else []
 
 
-def render_patch(evidence: PatchEvidence, appendix_name: str, tmpl: body.Template) -> str:
+def render_patch(
+    evidence: PatchEvidence,
+    appendix_name: str,
+    tmpl: body.Template,
+    choice: runners.RunnerChoice,
+) -> str:
     """The PR body of one patch in the pin's own template (verify.body)."""
     version = evidence.version
     upstream = [c.replace("{pin}", version) for c in _commands(evidence.rows, True)]
     ours = [c.replace("{pin}", version) for c in _commands(evidence.rows, False)]
-    return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name))
+    return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name, choice))
 
 
 def render_appendix(evidence: PatchEvidence) -> str:
@@ -414,6 +419,7 @@ def build(
     out = (out_root or paths.reports_root()) / version
     evidence = evidence_for(version, patches_root, results_root)  # raises before any write
     tmpl = body.read_template(version, build_root)
+    choice = runners.read(version, build_root)
     pages: dict[str, str] = {}  # every page rendered before the old ones are removed
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
@@ -427,7 +433,7 @@ def build(
     for ev in evidence:
         stem = ev.patch.name.removesuffix(".patch")
         appendix = f"{stem}-appendix.md"
-        pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl)
+        pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl, choice)
         pages[appendix] = render_appendix(ev)
         cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
         index.append(
