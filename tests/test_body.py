@@ -55,3 +55,34 @@ def test_an_mrv2_change_says_where_mrv2_is_the_default(make_tree, workspace):
         "- **Runner:** MRV2 only (V1 decode steps with a penalty). v9.9.0 runs MRV2 by default "
         "for Qwen3ForCausalLM (except MoE models)."
     ) in _claims(text)
+
+
+RELATED = """
+[[related]]
+url = "https://github.com/vllm-project/vllm/pull/47540"
+state = "open"
+checked = "2026-12-01"
+differs = "keeps statistics on the host; this patch keeps them on the device"
+"""
+
+
+def test_related_upstream_work_is_listed_with_its_state(make_tree, workspace):
+    entry = ENTRY.replace("\n[pins]", RELATED + "\n[pins]")
+    _, text = _build(make_tree, workspace, entry=entry)
+    assert (
+        "**Related upstream work** (state as of 2026-12-01):\n- #47540 (open): keeps statistics "
+        "on the host; this patch keeps them on the device"
+    ) in _claims(text)
+
+
+def test_a_backport_says_so_and_is_not_offered_as_a_proposal(make_tree, workspace):
+    backport = RELATED.replace('"open"', '"merged"') + 'relation = "backport"\n'
+    _, text = _build(make_tree, workspace, entry=ENTRY.replace("\n[pins]", backport + "\n[pins]"))
+    assert "Faster penalties. Backport of #47540 (merged); not a new proposal." in text
+    assert "Related upstream work" not in text  # the PR it is, is not listed as related work
+
+
+def test_a_patch_that_is_an_open_upstream_pr_names_it(make_tree, workspace):
+    same = RELATED + 'relation = "same"\n'
+    _, text = _build(make_tree, workspace, entry=ENTRY.replace("\n[pins]", same + "\n[pins]"))
+    assert "Faster penalties. This is upstream #47540 (open), as it applies to v9.9.0." in text

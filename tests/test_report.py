@@ -21,7 +21,6 @@ devices = ["cpu"]
 upstream_figure = "PR #1: 2x faster"
 why = "The penalty build grows with L."
 how = "Build it once."
-related_pr = "none"
 future_plan = "Upstream it."
 runners = ["V1"]
 reaches = "V1 decode steps with a penalty"
@@ -436,6 +435,7 @@ def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
     assert len(text.splitlines()) <= body.MAX_LINES
     assert "**Headline:**" in "\n".join(text.splitlines()[: body.HEAD_LINES])
     assert "- **Runner:** " in text  # the runner(s) the change reaches, from the registry
+    assert re.search(r"\*\*Related upstream work\*\*|Backport of #\d+|This is upstream #\d+", text)
     prose = re.sub(r"```bash\n.*?```", "", text, flags=re.S)
     assert not VOCABULARY.search(prose), VOCABULARY.search(prose)
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):

@@ -261,10 +261,31 @@ def adverse(ev: PatchEvidence) -> list[str]:
 
 
 def statement(ev: PatchEvidence) -> str:
-    """The one-line statement of the change, with what it backports where it does."""
+    """The one-line statement of the change, with the upstream PR it is where it is one (a
+    backport of a merged PR is not offered as a new proposal)."""
     line = ev.entry.title.rstrip(".") + "."
-    backport = getattr(ev.entry, "backport", "")
-    return f"{line} Backport of {backport}; not a new proposal." if backport else line
+    up = ev.entry.upstream
+    if up is not None and up.relation == "backport":
+        merged = f" (merged in {ev.patch.merged_in})" if ev.patch.merged_in else " (merged)"
+        return f"{line} Backport of {up.short}{merged}; not a new proposal."
+    if up is not None:
+        return f"{line} This is upstream {up.short} ({up.state}), as it applies to v{ev.version}."
+    return line
+
+
+def related_lines(ev: PatchEvidence) -> list[str]:
+    """Related upstream work, one line each, with the date its state was checked."""
+    items = [r for r in ev.entry.related if r.relation == "related"]
+    if not items:
+        return []
+    dates = sorted({r.checked for r in items})
+    when = f" (state as of {dates[0]})" if len(dates) == 1 else ""
+    shown = [
+        f"- {r.short} ({r.state}{'' if when else f' on {r.checked}'}): "
+        + plain(r.differs, ev.version)
+        for r in items
+    ]
+    return [f"**Related upstream work**{when}:", *shown]
 
 
 def _bullets(items: list[str], limit: int, what: str) -> list[str]:
@@ -336,15 +357,19 @@ def render_body(
     appendix: str,
     choice: RunnerChoice,
 ) -> str:
-    """The PR body of `ev` in the pin's template, at most `MAX_LINES` lines."""
-    related = f"Related: {ev.entry.related_pr}" if ev.entry.related_pr != "none" else ""
-    rows = len(ev.rows)
-    tries = [(True, True, rows), *((True, False, n) for n in range(rows, 0, -1))]
-    tries += [(False, False, n) for n in range(rows, 0, -1)]
-    for notes, with_how, limit in tries:
+    """The PR body of `ev` in the pin's template, at most `MAX_LINES` lines: what does not fit
+    goes, in this order, the commands' notes and the `how` prose, then result rows, the
+    commands' line continuations, the `why` prose (all of it stays in the appendix)."""
+    related = related_lines(ev)
+    rows = range(len(ev.rows), 0, -1)
+    tries = [(True, True, True, True, len(ev.rows))]
+    tries += [(notes, False, True, True, n) for notes in (True, False) for n in rows]
+    tries += [(False, False, False, with_why, n) for with_why in (True, False) for n in rows]
+    for notes, with_how, wrapped, with_why, limit in tries:
         keep = [c for c in upstream + ours if notes or not c.startswith("#")]
-        plan = _plan(ev, [c for c in upstream if c in keep], [c for c in ours if c in keep])
-        why = [plain(ev.entry.why, ev.version)]
+        mine = [c for c in upstream if c in keep], [c for c in ours if c in keep]
+        plan = _plan(ev, *(m if wrapped else _unwrap(m) for m in mine))
+        why = [plain(ev.entry.why, ev.version)] if with_why else []
         why += ["", plain(ev.entry.how, ev.version)] if with_how else []
         text = _fill(ev, tmpl, why, related, plan, _result_table(ev, limit), appendix, choice)
         if text.count("\n") <= MAX_LINES:
@@ -352,11 +377,22 @@ def render_body(
     return text
 
 
+def _unwrap(lines: list[str]) -> list[str]:
+    """Shell lines with their backslash continuations joined into one line each."""
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1].endswith(" \\"):
+            out[-1] = out[-1][:-2] + " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 def _fill(
     ev: PatchEvidence,
     tmpl: Template,
     why: list[str],
-    related: str,
+    related: list[str],
     plan: list[str],
     table: list[str],
     appendix: str,
@@ -365,14 +401,14 @@ def _fill(
     """The template filled with these parts (the purpose's prose goes last: tables first)."""
     base = f"Base: v{ev.version} with this PR's preceding patches applied."
     more = f"Every recorded number: `{appendix}` (vllm-patchbench `reports/{ev.version}/`)."
-    rel = ["", related] if related else []
+    rel = ["", *related] if related else []
     parts = {
         "purpose": [statement(ev), "", *_claims(ev, choice), "", *why, *rel],
-        "overview": [statement(ev), *rel[1:]],
+        "overview": [statement(ev)],
         "claims": _claims(ev, choice),
         "plan": plan,
         "validation": [*table, "", base, more, "", *plan],
         "result": [*table, "", base, more],
-        "details": why,
+        "details": [*why, *rel],
     }
     return "\n".join(_sections(ev, tmpl, parts)).rstrip() + "\n"
