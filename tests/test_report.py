@@ -334,7 +334,8 @@ def test_matrix_is_per_patch(built):
     matrix = index.read_text()
     row = next(line for line in matrix.splitlines() if "faster-penalties" in line)
     cells = [c.strip() for c in row.split("|")[3:-1]]
-    assert dict(zip(report.KINDS, cells, strict=True)) == {
+    assert cells[-1] == "not ready: upstream tests, identity, related work"
+    assert dict(zip(report.KINDS, cells[:-1], strict=True)) == {
         "equivalence": "pass",
         "upstream-tests": "pass (stale)",
         "microbench": "pass",

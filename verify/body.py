@@ -151,7 +151,8 @@ def _runner_clause(step: Any, record: dict[str, Any], text: str) -> str:
     return "runner not recorded"
 
 
-def _gpu_engine_records(ev: PatchEvidence) -> list[dict[str, Any]]:
+def gpu_engine_records(ev: PatchEvidence) -> list[dict[str, Any]]:
+    """The patch's records of generate-model engine runs on a GPU."""
     return [
         r
         for step, _, _, records in ev.rows
@@ -165,7 +166,7 @@ def benchmark_architectures(ev: PatchEvidence) -> list[str]:
     """Architectures of the generate models the patch's GPU engine records ran (the production
     shape a command names, else the locally built model)."""
     found = []
-    for record in _gpu_engine_records(ev):
+    for record in gpu_engine_records(ev):
         shape = re.search(r"PB_MODEL_SHAPE=(\S+)", record.get("command", ""))
         name = shape.group(1).strip("'\"") if shape else ""
         arch = shapes.SHAPES.get(name, {}).get("architectures", [LOCAL_MODEL_ARCHITECTURE])
@@ -188,7 +189,7 @@ def runner_line(ev: PatchEvidence, choice: RunnerChoice) -> str:
     line += f" v{v} defaults to Model Runner V2 for {choice.mrv2_default()}"
     mrv2 = [a for a in benchmark_architectures(ev) if choice.default_is_mrv2(a)]
     if mrv2:
-        engine = _gpu_engine_records(ev)
+        engine = gpu_engine_records(ev)
         forced = sum(recorded_runner(r) == "V1" for r in engine)
         told = f"{forced} of its {len(engine)} GPU engine records name the V1 runner" + (
             ", the others do not record it" if forced < len(engine) else ""

@@ -78,6 +78,8 @@ KINDS = (
     "attribution",
 )
 RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
+#: The rules that judge a measured performance claim (the rest judge correctness).
+PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
 #: Records that prove a harness, not a patch (every variant they measure is pristine): no

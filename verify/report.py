@@ -17,14 +17,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import body, paths, registry, runners, verdicts, versions
+from verify import body, paths, readiness, registry, runners, verdicts, versions
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
 Record = dict[str, Any]
 #: Matrix columns (registry step kinds) in report order.
 KINDS = registry.KINDS
-PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
+PERF_RULES = registry.PERF_RULES
 MAX_ROWS = 4
 MAX_LINES = 80
 _LOCAL = re.compile(
@@ -427,8 +427,8 @@ def build(
         f"Built by `nox -s report-{version}` from the records under `results/`; one row per "
         "patch, one column per kind of step (the worst outcome of that kind's steps).",
         "",
-        "| patch | id | " + " | ".join(KINDS) + " |",
-        "|---|---|" + "---|" * len(KINDS),
+        "| patch | id | " + " | ".join(KINDS) + " | ready to propose |",
+        "|---|---|" + "---|" * (len(KINDS) + 1),
     ]
     for ev in evidence:
         stem = ev.patch.name.removesuffix(".patch")
@@ -436,18 +436,21 @@ def build(
         pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl, choice)
         pages[appendix] = render_appendix(ev)
         cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
+        cells += " | " + readiness.summary(readiness.checks(ev, choice))
         index.append(
             f"| [{ev.patch.name[:4]}]({stem}.md) {ev.patch.subject} | {ev.entry.slug} | {cells} |"
         )
     if not evidence:
-        index.append("| (no patches) | |" + " |" * len(KINDS))
+        index.append("| (no patches) | |" + " |" * (len(KINDS) + 1))
     index += [
         "",
         "Legend: pass / fail / no difference resolved (the run could not tell; never a pass) / "
         "inconclusive (the control disagreed, or data the rule needs is missing) / "
         "not applicable (the step does not run this patch's code on that device) / "
         "not run (no record) / `-` (no step of that kind for this patch); "
-        "(stale): recorded for an older version of the patch or harness.",
+        "(stale): recorded for an older version of the patch or harness. Ready to propose: "
+        "what `python -m verify propose <v> <patch>` checks (equivalence, upstream tests, "
+        "headline, identity, related work, runner), or the checks that do not hold.",
     ]
     index[-1] = _wrap(index[-1])
     pages["README.md"] = scrub("\n".join(index)) + "\n"
