@@ -440,6 +440,7 @@ def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
     prose = re.sub(r"```bash\n.*?```", "", text, flags=re.S)
     assert not VOCABULARY.search(prose), VOCABULARY.search(prose)
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        assert not re.search(r"<[^>\n]+>|=\.\.\.", block), block  # no placeholders to fill in
         run = subprocess.run(["bash", "-n"], input=block, text=True, capture_output=True)
         assert run.returncode == 0, (block, run.stderr)
 

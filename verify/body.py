@@ -210,9 +210,11 @@ def headline(ev: PatchEvidence) -> str:
     step, state, _, records = rows[0]
     if not records or "(stale)" in state:
         command = step.command.split("   (")[0].strip().replace("{pin}", ev.version)
+        command = command.replace("{number}", ev.patch.name[:4])
+        how = f"`{command}`" if "\n" not in command else "the commands of this check below"
         return (
             "Performance of this PR's current form is not yet measured "
-            f"({plain(step.title, ev.version)}); to measure it: `{command}`."
+            f"({plain(step.title, ev.version)}); to measure it: {how}."
         )
     record = records[0]
     if record.get("headline"):  # the record's own headline: figure, interval, context
@@ -410,6 +412,6 @@ def _fill(
         "plan": plan,
         "validation": [*table, "", base, more, "", *plan],
         "result": [*table, "", base, more],
-        "details": [*why, *rel],
+        "details": [*why, *rel] if why else related,
     }
     return "\n".join(_sections(ev, tmpl, parts)).rstrip() + "\n"

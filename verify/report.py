@@ -359,8 +359,10 @@ def render_patch(
 ) -> str:
     """The PR body of one patch in the pin's own template (verify.body)."""
     version = evidence.version
-    upstream = [c.replace("{pin}", version) for c in _commands(evidence.rows, True)]
-    ours = [c.replace("{pin}", version) for c in _commands(evidence.rows, False)]
+    number = evidence.patch.name[:4]
+    fill = lambda c: c.replace("{pin}", version).replace("{number}", number)  # noqa: E731
+    upstream = [fill(c) for c in _commands(evidence.rows, True)]
+    ours = [fill(c) for c in _commands(evidence.rows, False)]
     return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name, choice))
 
 
