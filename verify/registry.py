@@ -44,6 +44,8 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
                                   #   the pin's own kernel where the run measured it
     not_applicable* = "why"       # the step does not run this patch's code on that device
     note* = "..."                 # shown beside the step in the report
+    headline_shape* = "vocab 151936, 1x1"  # kernel: the shape whose eager time the record's
+                                  #   headline states (this PR vs the pin's kernel)
     headline* = true              # the step whose result the report's Purpose states as the
                                   #   measured effect (at most one per entry; default: the
                                   #   first performance step with a record)
@@ -128,6 +130,7 @@ class Step:
     not_applicable: str = ""
     note: str = ""
     headline: bool = False
+    headline_shape: str = ""
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins
