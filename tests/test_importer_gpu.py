@@ -560,3 +560,24 @@ def test_penalty_state_micro_judges_the_decode_step_where_timed(mod, tmp_path, s
     assert record["outcome"] == outcome
     assert "decode step" in record["reason"] and "record_sampled:" not in record["reason"]
     assert any(t.startswith("record (now / before), not judged") for t in record["tables"])
+
+
+def _kernel_row(variant: str, eager: list[float], vocab=151936, requests=1) -> dict:
+    shape = {"vocab": vocab, "requests": requests, "draft_tokens": 1, "draft_probs": False}
+    return {"variant": variant, "baseline": "9.9.0", **shape, "identical": True, "eager_us": eager}
+
+
+def test_a_kernel_headline_states_the_eager_time_at_its_shape() -> None:
+    rows = [
+        _kernel_row("9.9.0", [80.0, 84.0, 83.0]),
+        _kernel_row("9.9.0+0006", [28.0, 29.0, 28.5]),
+        _kernel_row("9.9.0+0006", [1.0, 1.0, 1.0], requests=4),
+    ]
+    line = gpu.kernel_headline(rows, "9.9.0+0006", "vocab 151936, 1x1", "NVIDIA H200", "x: pass")
+    assert line.startswith(
+        "kernel eager time (L2 flushed) v9.9.0 83.0 us -> this PR 28.5 us (0.35 ["
+    )
+    assert line.endswith(
+        ", n=3, this PR / v9.9.0) at vocab 151936, 1x1 (H200, kernel alone, no model runner); pass"
+    )
+    assert gpu.kernel_headline(rows, "9.9.0+0006", "vocab 32000, 1x1", "H200", "pass") == ""

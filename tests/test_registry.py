@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -169,6 +170,18 @@ def test_cli_check_fails_on_an_entry_with_no_step_that_can_fail(
          "registry recovered-tokens-tiled-kernel: missing why; an entry needs title, devices"),
         (lambda t: t.replace("\ncommand = ", "\ncmd = ", 1), "a step without `command`",
          "registry recovered-tokens-tiled-kernel: a step lacks command; a step needs kind"),
+        (lambda t: t.replace('runners = ["V1"]', 'runners = ["V3"]'), "an unknown runner",
+         "registry recovered-tokens-tiled-kernel: runners = ['V3']; name the model runner(s)"),
+        (lambda t: re.sub(r'reaches = ".*"', 'reaches = ""', t), "an empty `reaches`",
+         "registry recovered-tokens-tiled-kernel: reaches is empty; say which requests"),
+        (lambda t: re.sub(r'\ndiffers = ".*"', "", t, count=1), "a related item without `differs`",
+         "registry recovered-tokens-tiled-kernel: a [[related]] item lacks differs"),
+        (lambda t: t.replace('state = "merged"', 'state = "merged-in 0.17.0"', 1),
+         "a related item with an unknown state",
+         "registry recovered-tokens-tiled-kernel: related #34974: bad state 'merged-in 0.17.0'"),
+        (lambda t: t.replace('state = "merged"', 'state = "open"', 1),
+         "a backport of an unmerged PR",
+         "registry recovered-tokens-tiled-kernel: related #34974: bad a backport of an unmerged"),
     ],
 )  # fmt: skip
 def test_cli_check_prints_one_line_errors(
@@ -181,6 +194,24 @@ def test_cli_check_prints_one_line_errors(
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"error: {message}")
     bad_input(f"`python -m verify.registry check` on a registry entry with {what}", err.strip())
+
+
+def test_a_merged_in_patch_must_be_a_backport_of_its_upstream_pr(tmp_path, monkeypatch) -> None:
+    entry = _registry_copy(tmp_path, monkeypatch) / "recovered-tokens-tiled-kernel.toml"
+    entry.write_text(entry.read_text().replace('relation = "backport"\n', ""))
+    problems = registry.validate(list(PINNED), tmp_path / "patches" / "registry")
+    assert problems == [
+        "registry recovered-tokens-tiled-kernel: 0.16.0/0001-Kernel-Tile-the-vocabulary-in-"
+        "sample_recovered_token.patch says merged-in 0.17.0 (Upstream: https://github.com/"
+        'vllm-project/vllm/pull/34974); add that PR under [[related]] with state = "merged" '
+        'and relation = "backport"'
+    ]
+
+
+def test_every_entry_lists_related_upstream_work() -> None:
+    for entry in registry.load().values():
+        assert entry.related, entry.slug
+        assert all(r.checked and r.state in registry.RELATED_STATES for r in entry.related)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TRAILERS, commit_change
-from verify import body, registry, report
+from verify import body, registry, report, runners
 from verify.errors import PatchbenchError
 from verify.series import read_series, series_hash
 
@@ -21,8 +21,9 @@ devices = ["cpu"]
 upstream_figure = "PR #1: 2x faster"
 why = "The penalty build grows with L."
 how = "Build it once."
-related_pr = "none"
 future_plan = "Upstream it."
+runners = ["V1"]
+reaches = "V1 decode steps with a penalty"
 
 [pins]
 "9.9.0" = "[Perf] Faster penalties"
@@ -72,6 +73,23 @@ not_applicable = "CUDA logits keep the dense path"
 """
 
 
+#: A pin's vllm/config/vllm.py, reduced to what decides its runner (verify.runners).
+CONFIG_22 = """
+DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES = frozenset({"Qwen3ForCausalLM"})
+
+
+class VllmConfig:
+    def _is_default_v2_model_runner_model(self):
+        return not self.model_config.is_moe
+
+    def _get_v2_model_runner_unsupported_features(self):
+        unsupported = []
+        if self.spec.method in ("ngram", "ngram_gpu"):
+            unsupported.append("ngram speculative decoding")
+        elif self.spec.method not in ("eagle", "mtp"):
+            unsupported.append(f"speculative method '{self.spec.method}'")
+        return unsupported
+"""
 TEMPLATE_22 = """<!-- markdownlint-disable -->
 PLEASE FILL IN THE PR DESCRIPTION HERE.
 
@@ -127,10 +145,18 @@ def built(make_tree, workspace):
     return _build(make_tree, workspace)
 
 
-def _build(make_tree, workspace, extra=None, entry=ENTRY, template: str | None = TEMPLATE_22):
+def _build(
+    make_tree,
+    workspace,
+    extra=None,
+    entry=ENTRY,
+    template: str | None = TEMPLATE_22,
+    config: str | None = CONFIG_22,
+):
     """(index, the patch's report) of a one-patch release with records of some steps;
     `extra`: {file name: (step, outcome, other fields)}: more records of the current patch;
-    `entry`: the patch's registry entry; `template`: the build tree's PR template (None: none)."""
+    `entry`: the patch's registry entry; `template`: the build tree's PR template (None: none);
+    `config`: its vllm/config/vllm.py (None: none)."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(
@@ -140,6 +166,9 @@ def _build(make_tree, workspace, extra=None, entry=ENTRY, template: str | None =
     if template is not None:  # after the export: the file is the sdist's, not a change
         (tree.path / ".github").mkdir(exist_ok=True)
         (tree.path / body.TEMPLATE).write_text(template)
+    if config is not None:
+        (tree.path / "vllm" / "config").mkdir(parents=True, exist_ok=True)
+        (tree.path / runners.SOURCE).write_text(config)
     patches = workspace / "patches"
     (patches / "registry").mkdir()
     (patches / "registry" / "faster-penalties.toml").write_text(entry)
@@ -305,7 +334,8 @@ def test_matrix_is_per_patch(built):
     matrix = index.read_text()
     row = next(line for line in matrix.splitlines() if "faster-penalties" in line)
     cells = [c.strip() for c in row.split("|")[3:-1]]
-    assert dict(zip(report.KINDS, cells, strict=True)) == {
+    assert cells[-1] == "not ready: upstream tests, identity, related work"
+    assert dict(zip(report.KINDS, cells[:-1], strict=True)) == {
         "equivalence": "pass",
         "upstream-tests": "pass (stale)",
         "microbench": "pass",
@@ -405,9 +435,12 @@ def test_committed_bodies_fit_speak_plainly_and_their_commands_parse(path):
     text = path.read_text()
     assert len(text.splitlines()) <= body.MAX_LINES
     assert "**Headline:**" in "\n".join(text.splitlines()[: body.HEAD_LINES])
+    assert "- **Runner:** " in text  # the runner(s) the change reaches, from the registry
+    assert re.search(r"\*\*Related upstream work\*\*|Backport of #\d+|This is upstream #\d+", text)
     prose = re.sub(r"```bash\n.*?```", "", text, flags=re.S)
     assert not VOCABULARY.search(prose), VOCABULARY.search(prose)
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        assert not re.search(r"<[^>\n]+>|=\.\.\.", block), block  # no placeholders to fill in
         run = subprocess.run(["bash", "-n"], input=block, text=True, capture_output=True)
         assert run.returncode == 0, (block, run.stderr)
 

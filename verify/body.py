@@ -11,13 +11,14 @@ change, "base" for the release with this PR's preceding patches.
 from __future__ import annotations
 
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verify import paths, sdist, verdicts
+from verify import sdist, verdicts
 from verify.errors import PatchbenchError
+from verify.gpu import shapes
+from verify.runners import RunnerChoice
 
 if TYPE_CHECKING:
     from verify.report import PatchEvidence
@@ -92,19 +93,13 @@ def parse_template(text: str) -> Template:
 def read_template(version: str, build_root: Path | None = None) -> Template:
     """The pin's PR template, from `build/<v>/` or else the cached sdist; a named error where
     neither holds it."""
-    tree = (build_root or paths.build_root()) / version / TEMPLATE
-    if tree.is_file():
-        return parse_template(tree.read_text())
-    tarball = sdist.cached_path(version)
-    if tarball.is_file():
-        with tarfile.open(tarball) as tar:
-            member = next((m for m in tar.getmembers() if m.name.endswith("/" + TEMPLATE)), None)
-            if member is not None:
-                return parse_template(tar.extractfile(member).read().decode())
+    text = sdist.pin_file(version, TEMPLATE, build_root)
+    if text is not None:
+        return parse_template(text)
     raise PatchbenchError(
         f"vLLM {version}: no {TEMPLATE} in build/{version}/ or in the cached sdist "
-        f"{tarball.name}; run `python -m verify apply {version}` (the body is filled from "
-        "the pin's own template)"
+        f"{sdist.cached_path(version).name}; run `python -m verify apply {version}` (the body "
+        "is filled from the pin's own template)"
     )
 
 
@@ -127,6 +122,82 @@ def _context(record: dict[str, Any]) -> list[str]:
     return [f for f in found if f]
 
 
+def recorded_runner(record: dict[str, Any]) -> str:
+    """The model runner a record names (its headline, PB_RUNNER or VLLM_USE_V2_MODEL_RUNNER):
+    "V1", "MRV2", or "" where the record does not say."""
+    named = re.search(r"\b(V1|MRV2) runner\b", record.get("headline") or "")
+    if named:
+        return named.group(1)
+    found = next((c for c in _context(record) if c.endswith(" runner")), "")
+    name = found.removesuffix(" runner").upper()
+    return {"V1": "V1", "V2": "MRV2", "MRV2": "MRV2"}.get(name, "")
+
+
+#: Step kinds whose records time a kernel or function alone (no engine, so no model runner),
+#: and those that run a generate model end to end.
+KERNEL_KINDS = ("kernel", "microbench")
+ENGINE_KINDS = ("e2e", "serve-bench", "gsm8k", "attribution")
+#: The architecture of the locally built random-weight models (verify/tinymodel.py).
+LOCAL_MODEL_ARCHITECTURE = "Qwen3ForCausalLM"
+
+
+def _runner_clause(step: Any, record: dict[str, Any], text: str) -> str:
+    """What a GPU headline says of its runner: nothing where `text` names it, "kernel alone"
+    for a kernel timing, else that the record does not name it (never a guess)."""
+    if record.get("machine", {}).get("gpu") is None or re.search(r"\brunner\b", text):
+        return ""
+    if step.kind in KERNEL_KINDS:
+        return "kernel alone, no model runner"
+    return "runner not recorded"
+
+
+def gpu_engine_records(ev: PatchEvidence) -> list[dict[str, Any]]:
+    """The patch's records of generate-model engine runs on a GPU."""
+    return [
+        r
+        for step, _, _, records in ev.rows
+        if step.kind in ENGINE_KINDS
+        for r in records
+        if (r.get("machine") or {}).get("gpu")
+    ]
+
+
+def benchmark_architectures(ev: PatchEvidence) -> list[str]:
+    """Architectures of the generate models the patch's GPU engine records ran (the production
+    shape a command names, else the locally built model)."""
+    found = []
+    for record in gpu_engine_records(ev):
+        shape = re.search(r"PB_MODEL_SHAPE=(\S+)", record.get("command", ""))
+        name = shape.group(1).strip("'\"") if shape else ""
+        arch = shapes.SHAPES.get(name, {}).get("architectures", [LOCAL_MODEL_ARCHITECTURE])
+        found.append(arch[0])
+    return list(dict.fromkeys(found))
+
+
+def runner_line(ev: PatchEvidence, choice: RunnerChoice) -> str:
+    """The runner(s) whose code this PR changes, what reaches it, and, for a V1-only change,
+    where the pin defaults to MRV2 and which configurations still run V1 (the pin's source)."""
+    runners, v = ev.entry.runners, ev.version
+    which = " and ".join(runners) if len(runners) > 1 else f"{runners[0]} only"
+    line = f"{which} ({ev.entry.reaches})."
+    if runners == ("MRV2",):
+        return f"{line} v{v} runs MRV2 by default for {choice.mrv2_default()}."
+    if runners != ("V1",):
+        return line
+    if choice.opt_in:
+        return f"{line} V1 is v{v}'s default runner for {choice.v1_configurations()}."
+    line += f" v{v} defaults to Model Runner V2 for {choice.mrv2_default()}"
+    mrv2 = [a for a in benchmark_architectures(ev) if choice.default_is_mrv2(a)]
+    if mrv2:
+        engine = gpu_engine_records(ev)
+        forced = sum(recorded_runner(r) == "V1" for r in engine)
+        told = f"{forced} of its {len(engine)} GPU engine records name the V1 runner" + (
+            ", the others do not record it" if forced < len(engine) else ""
+        )
+        line += f", the benchmark model's architecture ({', '.join(mrv2)}): {told}"
+    return f"{line}; V1 still runs for {choice.v1_configurations()}."
+
+
 def headline(ev: PatchEvidence) -> str:
     """The headline claim: the headline step's record's own `headline`, else its first reason
     clause with its context, or, for a stale or missing record, that the current form is not
@@ -139,17 +210,24 @@ def headline(ev: PatchEvidence) -> str:
     step, state, _, records = rows[0]
     if not records or "(stale)" in state:
         command = step.command.split("   (")[0].strip().replace("{pin}", ev.version)
+        command = command.replace("{number}", ev.patch.name[:4])
+        how = f"`{command}`" if "\n" not in command else "the commands of this check below"
         return (
             "Performance of this PR's current form is not yet measured "
-            f"({plain(step.title, ev.version)}); to measure it: `{command}`."
+            f"({plain(step.title, ev.version)}); to measure it: {how}."
         )
-    if records[0].get("headline"):  # the record's own headline: figure, interval, context
-        return plain(records[0]["headline"], ev.version)
-    clause = next((p for p in records[0].get("reason", "").split("; ") if p), state)
+    record = records[0]
+    if record.get("headline"):  # the record's own headline: figure, interval, context
+        text = plain(record["headline"], ev.version)
+        clause = _runner_clause(step, record, text)
+        return text + (f", {clause}" if clause else "")
+    clause = next((p for p in record.get("reason", "").split("; ") if p), state)
     named = re.search(r"\b(H100|H200|A100|CPU)\b", clause)
-    where = "" if named else ", ".join(_context(records[0]))
+    where = [] if named else _context(record)
+    where += [c for c in [_runner_clause(step, record, " ".join(where))] if c]
     versus = "" if re.search(r"/| vs ", clause) else f" vs v{ev.version}"  # a ratio names its own
-    return plain(f"{clause}{versus}" + (f" ({where})" if where else ""), ev.version) + (
+    tail = f" ({', '.join(where)})" if where else ""
+    return plain(f"{clause}{versus}{tail}", ev.version) + (
         f" - {state}" if state != verdicts.PASS else ""
     )
 
@@ -186,10 +264,31 @@ def adverse(ev: PatchEvidence) -> list[str]:
 
 
 def statement(ev: PatchEvidence) -> str:
-    """The one-line statement of the change, with what it backports where it does."""
+    """The one-line statement of the change, with the upstream PR it is where it is one (a
+    backport of a merged PR is not offered as a new proposal)."""
     line = ev.entry.title.rstrip(".") + "."
-    backport = getattr(ev.entry, "backport", "")
-    return f"{line} Backport of {backport}; not a new proposal." if backport else line
+    up = ev.entry.upstream
+    if up is not None and up.relation == "backport":
+        merged = f" (merged in {ev.patch.merged_in})" if ev.patch.merged_in else " (merged)"
+        return f"{line} Backport of {up.short}{merged}; not a new proposal."
+    if up is not None:
+        return f"{line} This is upstream {up.short} ({up.state}), as it applies to v{ev.version}."
+    return line
+
+
+def related_lines(ev: PatchEvidence) -> list[str]:
+    """Related upstream work, one line each, with the date its state was checked."""
+    items = [r for r in ev.entry.related if r.relation == "related"]
+    if not items:
+        return []
+    dates = sorted({r.checked for r in items})
+    when = f" (state as of {dates[0]})" if len(dates) == 1 else ""
+    shown = [
+        f"- {r.short} ({r.state}{'' if when else f' on {r.checked}'}): "
+        + plain(r.differs, ev.version)
+        for r in items
+    ]
+    return [f"**Related upstream work**{when}:", *shown]
 
 
 def _bullets(items: list[str], limit: int, what: str) -> list[str]:
@@ -199,17 +298,14 @@ def _bullets(items: list[str], limit: int, what: str) -> list[str]:
     return shown
 
 
-def _claims(ev: PatchEvidence) -> list[str]:
+def _claims(ev: PatchEvidence, choice: RunnerChoice) -> list[str]:
     """Headline, resolved adverse effects and the runner, one bullet each."""
     lines = [f"- **Headline:** {headline(ev)}"]
     bad = adverse(ev)
     if bad:
         lines.append(f"- **Slower or larger than v{ev.version} (resolved):**")
         lines += ["  " + b for b in _bullets(bad, 3, "adverse results")]
-    runner = getattr(ev.entry, "runner", "")
-    if runner:
-        lines.append(f"- **Runner:** {runner}")
-    return lines
+    return [*lines, f"- **Runner:** {runner_line(ev, choice)}"]
 
 
 def _result_table(ev: PatchEvidence, limit: int) -> list[str]:
@@ -257,44 +353,65 @@ def _sections(ev: PatchEvidence, tmpl: Template, parts: dict[str, list[str]]) ->
 
 
 def render_body(
-    ev: PatchEvidence, tmpl: Template, upstream: list[str], ours: list[str], appendix: str
+    ev: PatchEvidence,
+    tmpl: Template,
+    upstream: list[str],
+    ours: list[str],
+    appendix: str,
+    choice: RunnerChoice,
 ) -> str:
-    """The PR body of `ev` in the pin's template, at most `MAX_LINES` lines."""
-    related = f"Related: {ev.entry.related_pr}" if ev.entry.related_pr != "none" else ""
-    rows = len(ev.rows)
-    tries = [(True, True, rows), *((True, False, n) for n in range(rows, 0, -1))]
-    tries += [(False, False, n) for n in range(rows, 0, -1)]
-    for notes, with_how, limit in tries:
+    """The PR body of `ev` in the pin's template, at most `MAX_LINES` lines: what does not fit
+    goes, in this order, the commands' notes and the `how` prose, then result rows, the
+    commands' line continuations, the `why` prose (all of it stays in the appendix)."""
+    related = related_lines(ev)
+    rows = range(len(ev.rows), 0, -1)
+    tries = [(True, True, True, True, len(ev.rows))]
+    tries += [(notes, False, True, True, n) for notes in (True, False) for n in rows]
+    tries += [(False, False, False, with_why, n) for with_why in (True, False) for n in rows]
+    for notes, with_how, wrapped, with_why, limit in tries:
         keep = [c for c in upstream + ours if notes or not c.startswith("#")]
-        plan = _plan(ev, [c for c in upstream if c in keep], [c for c in ours if c in keep])
-        why = [plain(ev.entry.why, ev.version)]
+        mine = [c for c in upstream if c in keep], [c for c in ours if c in keep]
+        plan = _plan(ev, *(m if wrapped else _unwrap(m) for m in mine))
+        why = [plain(ev.entry.why, ev.version)] if with_why else []
         why += ["", plain(ev.entry.how, ev.version)] if with_how else []
-        text = _fill(ev, tmpl, why, related, plan, _result_table(ev, limit), appendix)
+        text = _fill(ev, tmpl, why, related, plan, _result_table(ev, limit), appendix, choice)
         if text.count("\n") <= MAX_LINES:
             return text
     return text
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    """Shell lines with their backslash continuations joined into one line each."""
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1].endswith(" \\"):
+            out[-1] = out[-1][:-2] + " " + line.strip()
+        else:
+            out.append(line)
+    return out
 
 
 def _fill(
     ev: PatchEvidence,
     tmpl: Template,
     why: list[str],
-    related: str,
+    related: list[str],
     plan: list[str],
     table: list[str],
     appendix: str,
+    choice: RunnerChoice,
 ) -> str:
     """The template filled with these parts (the purpose's prose goes last: tables first)."""
     base = f"Base: v{ev.version} with this PR's preceding patches applied."
     more = f"Every recorded number: `{appendix}` (vllm-patchbench `reports/{ev.version}/`)."
-    rel = ["", related] if related else []
+    rel = ["", *related] if related else []
     parts = {
-        "purpose": [statement(ev), "", *_claims(ev), "", *why, *rel],
-        "overview": [statement(ev), *rel[1:]],
-        "claims": _claims(ev),
+        "purpose": [statement(ev), "", *_claims(ev, choice), "", *why, *rel],
+        "overview": [statement(ev)],
+        "claims": _claims(ev, choice),
         "plan": plan,
         "validation": [*table, "", base, more, "", *plan],
         "result": [*table, "", base, more],
-        "details": why,
+        "details": [*why, *rel] if why else related,
     }
     return "\n".join(_sections(ev, tmpl, parts)).rstrip() + "\n"

@@ -118,6 +118,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _propose(args: argparse.Namespace) -> int:
+    from verify import readiness
+
+    return readiness.propose(args.version, args.patch)
+
+
 def _ci_config(args: argparse.Namespace) -> int:
     from verify import ci_config
 
@@ -188,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="PR-ready report per patch from the recorded results")
     p.add_argument("version")
     p.set_defaults(func=_report)
+    p = sub.add_parser(
+        "propose",
+        help="a patch's PR body on stdout (for gh pr create --body-file -), its readiness "
+        "checklist on stderr; exit 0 only when ready",
+    )
+    p.add_argument("version")
+    p.add_argument("patch", help="the patch's series number (0011, 11) or registry id")
+    p.set_defaults(func=_propose)
     p = sub.add_parser("ci-config", help="generate the GitHub workflow and Buildkite pipeline")
     p.add_argument("--check", action="store_true", help="fail if the committed files differ")
     p.set_defaults(func=_ci_config)

@@ -11,8 +11,17 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     upstream_figure = "..."       # the upstream PR's own figure, with its source ("" if none)
     why = "..."                   # vllm-ascend style registry text: the problem, no numbers
     how = "..."                   # what the patch changes
-    related_pr = "https://github.com/vllm-project/vllm/pull/NNNNN"   (or "none")
     future_plan = "..."
+    runners = ["V1"]              # the model runner(s) whose code the patch changes: V1, MRV2
+    reaches = "..."               # which requests and features reach the changed code (prose)
+
+    [[related]]                   # upstream work on the same code, one table each (* optional)
+    url = "#47540"                # "#N" (vllm-project/vllm) or a GitHub pull/issue URL
+    state = "open"                # open | merged | closed, as of `checked`
+    checked = "2026-12-01"        # the date the state was looked up
+    differs = "..."               # one line: how this patch differs from it (prose)
+    relation* = "related"         # related | backport (this patch is that merged PR, carried to
+                                  #   an older pin) | same (this patch is that open PR)
 
     [pins]                        # pin -> the patch's subject line on that pin (matched exactly,
     "0.22.0" = "[Perf][MRV2] ..." #   so renumbering a series never breaks the link)
@@ -35,6 +44,8 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
                                   #   the pin's own kernel where the run measured it
     not_applicable* = "why"       # the step does not run this patch's code on that device
     note* = "..."                 # shown beside the step in the report
+    headline_shape* = "vocab 151936, 1x1"  # kernel: the shape whose eager time the record's
+                                  #   headline states (this PR vs the pin's kernel)
     headline* = true              # the step whose result the report's Purpose states as the
                                   #   measured effect (at most one per entry; default: the
                                   #   first performance step with a record)
@@ -69,6 +80,8 @@ KINDS = (
     "attribution",
 )
 RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
+#: The rules that judge a measured performance claim (the rest judge correctness).
+PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
 #: Records that prove a harness, not a patch (every variant they measure is pristine): no
@@ -77,7 +90,21 @@ HARNESS_PROOFS = {
     "gpu-engine-resolution": "the engine-level A/B (python -m verify.ab engine) resolves a "
     "planted slowdown of the predicted size and holds its A/A within the target",
 }
-_REQUIRED = ("title", "devices", "why", "how", "related_pr", "future_plan", "pins")
+_REQUIRED = (
+    "title",
+    "devices",
+    "why",
+    "how",
+    "future_plan",
+    "runners",
+    "reaches",
+    "pins",
+)
+RUNNERS = ("V1", "MRV2")
+RELATED_STATES = ("open", "merged", "closed")
+RELATIONS = ("related", "backport", "same")
+_RELATED_URL = re.compile(r"#\d+|https://github\.com/[\w.-]+/[\w.-]+/(?:pull|issues)/\d+")
+_RELATED_KEYS = ("url", "state", "checked", "differs")
 _STEP_REQUIRED = ("kind", "title", "device", "rule", "records", "command")
 _STEP_EXAMPLE = (
     '[[steps]] kind = "equivalence", title = "Equivalence: pristine vs patched", '
@@ -103,9 +130,27 @@ class Step:
     not_applicable: str = ""
     note: str = ""
     headline: bool = False
+    headline_shape: str = ""
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins
+
+
+@dataclass(frozen=True)
+class Related:
+    """One piece of upstream work on the same code."""
+
+    url: str
+    state: str
+    checked: str
+    differs: str
+    relation: str = "related"
+
+    @property
+    def short(self) -> str:
+        """`#N` for a vllm-project/vllm link, else the URL."""
+        found = re.fullmatch(r"https://github\.com/vllm-project/vllm/\w+/(\d+)", self.url)
+        return f"#{found.group(1)}" if found else self.url
 
 
 @dataclass(frozen=True)
@@ -115,11 +160,18 @@ class Entry:
     devices: tuple[str, ...]
     why: str
     how: str
-    related_pr: str
     future_plan: str
     pins: dict[str, str]
     upstream_figure: str = ""
     steps: tuple[Step, ...] = field(default=())
+    runners: tuple[str, ...] = ("V1",)
+    reaches: str = ""
+    related: tuple[Related, ...] = ()
+
+    @property
+    def upstream(self) -> Related | None:
+        """The upstream pull request this patch is (relation backport or same), if any."""
+        return next((r for r in self.related if r.relation != "related"), None)
 
     def steps_on(self, version: str) -> list[Step]:
         return [s for s in self.steps if s.on(version)]
@@ -155,6 +207,41 @@ def _step(slug: str, raw: dict[str, Any]) -> Step:
     return step
 
 
+def _related(slug: str, raw: Any) -> tuple[Related, ...]:
+    items = raw if isinstance(raw, list) else [raw]
+    found = []
+    for item in items:
+        missing = [k for k in _RELATED_KEYS if not isinstance(item, dict) or not item.get(k)]
+        unknown = set(item) - set(Related.__dataclass_fields__) if isinstance(item, dict) else ()
+        if missing or unknown:
+            raise PatchbenchError(
+                f"registry {slug}: a [[related]] item lacks {', '.join(missing) or '-'} or has "
+                f"unknown keys {', '.join(sorted(unknown)) or '-'}; each needs "
+                f'{", ".join(_RELATED_KEYS)}, e.g. [[related]] url = "#47540", state = '
+                '"open", checked = "2026-12-01", differs = "..."'
+            )
+        item = Related(**{k: str(v).strip() for k, v in item.items()})
+        unmerged = item.relation == "backport" and item.state != "merged"
+        problems = [
+            f"url {item.url!r}" * (not _RELATED_URL.fullmatch(item.url)),
+            f"state {item.state!r}" * (item.state not in RELATED_STATES),
+            f"checked {item.checked!r}" * (not re.fullmatch(r"20\d\d-\d\d-\d\d", item.checked)),
+            f"relation {item.relation!r}" * (item.relation not in RELATIONS),
+            "a backport of an unmerged PR" * unmerged,
+        ]
+        if any(problems):
+            raise PatchbenchError(
+                f"registry {slug}: related {item.url}: bad "
+                + ", ".join(filter(None, problems))
+                + f" (url: #N or a GitHub pull/issue URL; state: {', '.join(RELATED_STATES)}; "
+                f"checked: YYYY-MM-DD; relation: {', '.join(RELATIONS)}; a backport is merged)"
+            )
+        found.append(item)
+    if sum(r.relation != "related" for r in found) > 1:
+        raise PatchbenchError(f"registry {slug}: more than one related item is this patch")
+    return tuple(found)
+
+
 def parse_entry(path: Path) -> Entry:
     slug = path.stem
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug):
@@ -175,6 +262,17 @@ def parse_entry(path: Path) -> Entry:
     bad = [d for d in raw["devices"] if d not in DEVICES]
     if bad:
         raise PatchbenchError(f"registry {slug}: unknown device(s) {bad}")
+    runners = raw["runners"]
+    if not runners or not isinstance(runners, list) or set(runners) - set(RUNNERS):
+        raise PatchbenchError(
+            f"registry {slug}: runners = {runners!r}; name the model runner(s) whose code the "
+            f'patch changes, one or more of {", ".join(RUNNERS)} (e.g. runners = ["V1"])'
+        )
+    if not isinstance(raw["reaches"], str) or not raw["reaches"].strip():
+        raise PatchbenchError(
+            f"registry {slug}: reaches is empty; say which requests and features reach the "
+            'changed code (e.g. reaches = "requests with a presence or frequency penalty")'
+        )
     steps = tuple(_step(slug, s) for s in raw.get("steps", []))
     headlines = [s.title for s in steps if s.headline]
     if len(headlines) > 1:
@@ -185,11 +283,13 @@ def parse_entry(path: Path) -> Entry:
         devices=tuple(raw["devices"]),
         why=raw["why"].strip(),
         how=raw["how"].strip(),
-        related_pr=raw["related_pr"],
         future_plan=raw["future_plan"].strip(),
         pins=dict(raw["pins"]),
         upstream_figure=raw.get("upstream_figure", "").strip(),
         steps=steps,
+        runners=tuple(runners),
+        reaches=raw["reaches"].strip(),
+        related=_related(slug, raw.get("related", [])),
     )
 
 
@@ -249,7 +349,9 @@ def validate(
     entries = load(root)
     problems = []
     for version in versions:
-        subjects = {p.subject: p.name for p in read_series(version, patches_root)}
+        series = read_series(version, patches_root)
+        problems += _backport_problems(version, series, entries)
+        subjects = {p.subject: p.name for p in series}
         for subject, name in subjects.items():
             owners = [e.slug for e in entries.values() if e.pins.get(version) == subject]
             if len(owners) != 1:
@@ -292,9 +394,35 @@ def threshold_problems(entry: Entry) -> list[str]:
     ]
 
 
+def _backport_problems(version: str, series: list[Patch], entries: dict[str, Entry]) -> list[str]:
+    """A patch whose trailer says merged-in X must be a backport of the PR its Upstream trailer
+    names (a related item with relation backport), and a backport must say merged-in."""
+    problems = []
+    for patch in series:
+        entry = entry_for(patch, version, entries)
+        if entry is None:
+            continue
+        up = entry.upstream
+        backport = up is not None and up.relation == "backport"
+        number = re.search(r"/(\d+)$", patch.upstream)
+        if patch.merged_in and not (backport and number and up.short == f"#{number.group(1)}"):
+            problems.append(
+                f"registry {entry.slug}: {version}/{patch.name} says merged-in "
+                f"{patch.merged_in} (Upstream: {patch.upstream}); add that PR under [[related]] "
+                'with state = "merged" and relation = "backport"'
+            )
+        elif backport and not patch.merged_in:
+            problems.append(
+                f"registry {entry.slug}: related {up.url} is a backport, but {version}/"
+                f"{patch.name} has no 'Status: merged-in X' trailer"
+            )
+    return problems
+
+
 #: Registry prose is timeless and figure-free (bodies take their numbers from records only):
 #: each field's length limit, and what it may not hold.
-PROSE_LIMITS = {"why": 500, "how": 900, "future_plan": 300}
+PROSE_LIMITS = {"why": 500, "how": 900, "future_plan": 300, "reaches": 300}
+DIFFERS_LIMIT = 200
 _FIGURE = (
     r"\b\d+(?:\.\d+)?\s?(?:%|x\b|ms\b|us\b|µs\b|KiB|MiB|GiB|tok/s)"
     r"|\[\s*-?\d+(?:\.\d+)?%?,\s*-?\d+(?:\.\d+)?%?\]"
@@ -311,8 +439,9 @@ def prose_problems(entry: Entry) -> list[str]:
     """One problem per registry prose field over its length limit or holding what prose may
     not (PROSE_FORBIDDEN): figures belong in records, history in git."""
     problems = []
-    for name, limit in PROSE_LIMITS.items():
-        text = getattr(entry, name)
+    fields = [(name, getattr(entry, name), limit) for name, limit in PROSE_LIMITS.items()]
+    fields += [(f"related {r.url}: differs", r.differs, DIFFERS_LIMIT) for r in entry.related]
+    for name, text, limit in fields:
         if len(text) > limit:
             problems.append(
                 f"registry {entry.slug}: {name} is {len(text)} characters (at most {limit})"

@@ -17,14 +17,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from verify import body, paths, registry, verdicts, versions
+from verify import body, paths, readiness, registry, runners, verdicts, versions
 from verify import results as results_mod
 from verify.series import Patch, read_series, series_hash
 
 Record = dict[str, Any]
 #: Matrix columns (registry step kinds) in report order.
 KINDS = registry.KINDS
-PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
+PERF_RULES = registry.PERF_RULES
 MAX_ROWS = 4
 MAX_LINES = 80
 _LOCAL = re.compile(
@@ -351,12 +351,19 @@ def _step_tables(title: str, records: list[Record]) -> list[str]:
     return [f"**{title}** (before/after):", "", *tables, ""] if tables else []
 
 
-def render_patch(evidence: PatchEvidence, appendix_name: str, tmpl: body.Template) -> str:
+def render_patch(
+    evidence: PatchEvidence,
+    appendix_name: str,
+    tmpl: body.Template,
+    choice: runners.RunnerChoice,
+) -> str:
     """The PR body of one patch in the pin's own template (verify.body)."""
     version = evidence.version
-    upstream = [c.replace("{pin}", version) for c in _commands(evidence.rows, True)]
-    ours = [c.replace("{pin}", version) for c in _commands(evidence.rows, False)]
-    return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name))
+    number = evidence.patch.name[:4]
+    fill = lambda c: c.replace("{pin}", version).replace("{number}", number)  # noqa: E731
+    upstream = [fill(c) for c in _commands(evidence.rows, True)]
+    ours = [fill(c) for c in _commands(evidence.rows, False)]
+    return scrub(body.render_body(evidence, tmpl, upstream, ours, appendix_name, choice))
 
 
 def render_appendix(evidence: PatchEvidence) -> str:
@@ -414,6 +421,7 @@ def build(
     out = (out_root or paths.reports_root()) / version
     evidence = evidence_for(version, patches_root, results_root)  # raises before any write
     tmpl = body.read_template(version, build_root)
+    choice = runners.read(version, build_root)
     pages: dict[str, str] = {}  # every page rendered before the old ones are removed
     index = [
         f"# vLLM {version}: patch reports (series `{series_hash(version, patches_root)}`)",
@@ -421,27 +429,30 @@ def build(
         f"Built by `nox -s report-{version}` from the records under `results/`; one row per "
         "patch, one column per kind of step (the worst outcome of that kind's steps).",
         "",
-        "| patch | id | " + " | ".join(KINDS) + " |",
-        "|---|---|" + "---|" * len(KINDS),
+        "| patch | id | " + " | ".join(KINDS) + " | ready to propose |",
+        "|---|---|" + "---|" * (len(KINDS) + 1),
     ]
     for ev in evidence:
         stem = ev.patch.name.removesuffix(".patch")
         appendix = f"{stem}-appendix.md"
-        pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl)
+        pages[f"{stem}.md"] = render_patch(ev, appendix, tmpl, choice)
         pages[appendix] = render_appendix(ev)
         cells = " | ".join(ev.by_kind(kind) for kind in KINDS)
+        cells += " | " + readiness.summary(readiness.checks(ev, choice))
         index.append(
             f"| [{ev.patch.name[:4]}]({stem}.md) {ev.patch.subject} | {ev.entry.slug} | {cells} |"
         )
     if not evidence:
-        index.append("| (no patches) | |" + " |" * len(KINDS))
+        index.append("| (no patches) | |" + " |" * (len(KINDS) + 1))
     index += [
         "",
         "Legend: pass / fail / no difference resolved (the run could not tell; never a pass) / "
         "inconclusive (the control disagreed, or data the rule needs is missing) / "
         "not applicable (the step does not run this patch's code on that device) / "
         "not run (no record) / `-` (no step of that kind for this patch); "
-        "(stale): recorded for an older version of the patch or harness.",
+        "(stale): recorded for an older version of the patch or harness. Ready to propose: "
+        "what `python -m verify propose <v> <patch>` checks (equivalence, upstream tests, "
+        "headline, identity, related work, runner), or the checks that do not hold.",
     ]
     index[-1] = _wrap(index[-1])
     pages["README.md"] = scrub("\n".join(index)) + "\n"

@@ -140,6 +140,21 @@ def cached_path(version: str) -> Path:
     return cache_dir() / SDISTS / sdist_filename(version)
 
 
+def pin_file(version: str, rel: str, build_root: Path | None = None) -> str | None:
+    """The text of file `rel` of vLLM `version`: from its build tree `build/<v>/`, else from
+    the cached sdist (without downloading); None where neither holds it."""
+    tree = (build_root or paths.build_root()) / version / rel
+    if tree.is_file():
+        return tree.read_text()
+    tarball = cached_path(version)
+    if not tarball.is_file():
+        return None
+    with tarfile.open(tarball) as tar:
+        member = next((m for m in tar.getmembers() if m.name.endswith("/" + rel)), None)
+        handle = tar.extractfile(member) if member is not None else None
+        return handle.read().decode() if handle is not None else None
+
+
 def fetch(version: str, index: str | None = None) -> Path:
     """Return the path of the verified sdist of `version`, downloading it if not cached."""
     return fetch_file(PACKAGE, sdist_filename(version), version, SDISTS, index)

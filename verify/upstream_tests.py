@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -204,10 +205,11 @@ class SourceLauncher:
 
     extra = ("--noconftest",)
 
-    def __init__(self, version: str, scratch: Path):
+    def __init__(self, version: str, scratch: Path, python: str | None = None):
         from verify.equivalence.roots import materialize
 
-        self.python = sys.executable
+        self.python = python or sys.executable  # another interpreter gets the pytest addon
+        self.addon = str(_pytest_addon(self.python)) if python else None
         pristine, patched = materialize(version)
         self.roots = {"pristine": pristine, "patched": patched}
         # vLLM picks its CPU platform when its distribution version says "+cpu" (as the CPU
@@ -221,7 +223,9 @@ class SourceLauncher:
 
     def env(self, code: str) -> dict[str, str]:
         env = dict(os.environ, **TEST_ENV)
-        env["PYTHONPATH"] = os.pathsep.join([str(self.platform), str(self.roots[code])])
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(self.platform), str(self.roots[code]), self.addon])
+        )
         env["VLLM_TARGET_DEVICE"] = "cpu"
         return env
 
@@ -253,6 +257,45 @@ def run_pytest(
     run = Run(tests, code, shown, proc.returncode, outcomes)
     say(f"upstream-tests {label}: rc {proc.returncode} {run.counts()}")
     return run
+
+
+# -- the upstream pytest commands of a PR body ---------------------------------------------------
+def body_pytest_commands(text: str) -> list[str]:
+    """The upstream pytest commands of a PR body: the `pytest ...` lines of its first bash
+    block after "with this PR applied" (this project's own commands come later)."""
+    start = text.find("with this PR applied")
+    block = re.search(r"```bash\n(.*?)```", text[start:], flags=re.S) if start >= 0 else None
+    lines = block.group(1).splitlines() if block else []
+    return [line.strip() for line in lines if line.strip().startswith("pytest ")]
+
+
+def launcher_for(version: str, tree: BuildTree, scratch: Path):
+    """The CPU runtime's launcher where the pin has a recipe, else the source roots' (in this
+    interpreter where it has torch, else in the main pin's CPU runtime, torch and triton)."""
+    import importlib.util
+
+    from verify import runtime as runtime_mod
+    from verify.versions import MAIN
+
+    if version in runtime_mod.RECIPES:
+        return RuntimeLauncher(runtime_mod.get_runtime(version, tree.path, say=say))
+    if importlib.util.find_spec("torch") is not None:
+        return SourceLauncher(version, scratch)
+    venv = runtime_mod.ensure_venv(MAIN, say=say)
+    return SourceLauncher(version, scratch, str(venv / "bin" / "python"))
+
+
+def collect(version: str, command: str, launcher, tests_root: Path) -> tuple[int, str]:
+    """(tests selected, output tail) of `pytest --collect-only -q` with `command`'s arguments
+    over the patched tests exported to `tests_root`, on the patched code."""
+    args = shlex.split(command)[1:]
+    cmd = [launcher.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+           "-o", "addopts=", *launcher.extra, *args]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tests_root, env=launcher.env("patched"), text=True,
+                          capture_output=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    selected = sum(1 for line in proc.stdout.splitlines() if "::" in line)
+    return (selected if proc.returncode == 0 else 0), out[-1500:]
 
 
 # -- verdict ------------------------------------------------------------------------------------

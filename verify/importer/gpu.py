@@ -914,6 +914,27 @@ def _kernel_table(rows: list[dict], variant: str) -> str:
     return "\n".join(lines)
 
 
+def kernel_headline(rows: list[dict], variant: str, shape: str, gpu: str, reason: str) -> str:
+    """The headline of a kernel record: eager time (L2 flushed) of the pin's kernel and of
+    `variant` at `shape`, their paired ratio, the GPU and the verdict over every shape; ""
+    where the run did not measure that shape eagerly."""
+    by = {(r["variant"], kernel.shape_key(r)): r for r in rows}
+    row = next((r for r in rows if r["variant"] == variant and kernel.shape_name(r) == shape), None)
+    base = by.get((row["baseline"], kernel.shape_key(row))) if row else None
+    n = min(len((row or {}).get("eager_us") or []), len((base or {}).get("eager_us") or []))
+    if not n:
+        return ""
+    a, b = base["eager_us"][:n], row["eager_us"][:n]
+    ratio = stats.paired_ratio(a, b).text(2)
+    where = str(gpu).removeprefix("NVIDIA ")
+    pin = row["baseline"]
+    return (
+        f"kernel eager time (L2 flushed) v{pin} {statistics.median(a):.1f} us -> this PR "
+        f"{statistics.median(b):.1f} us ({ratio}, this PR / v{pin}) at {shape} ({where}, "
+        f"kernel alone, no model runner); {reason.split(': ', 1)[-1]}"
+    )
+
+
 def kernels(version: str) -> list[dict]:
     """One record per registry kernel step with a variant on `version` (ratios variant/baseline:
     below 1 is faster)."""
@@ -952,6 +973,11 @@ def kernels(version: str) -> list[dict]:
                     date=date,
                     patches=[entry.slug],
                 )
+                headline = step.headline_shape and kernel_headline(
+                    rows, variant, step.headline_shape, machine.get("gpu", ""), verdict.reason
+                )
+                if headline:
+                    record["headline"] = headline
                 current = is_contract(data) and variant_is_current(
                     data, variant, version, patch.files
                 )
