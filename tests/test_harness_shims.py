@@ -39,8 +39,27 @@ def test_planted_delay_sleeps_in_every_schedule_call_and_counts(tmp_path: Path):
     out = _run([PLANT_SITE, tmp_path], code, PATCHBENCH_PLANT_DELAY_MS="2",
                PATCHBENCH_PLANT_COUNT=str(count))  # fmt: skip
     assert out == "scheduled"
-    calls, slept = count.read_text().split()
-    assert int(calls) == 16 and float(slept) >= 16 * 0.002
+    calls, slept, gpu = count.read_text().split()
+    assert int(calls) == 16 and float(slept) >= 16 * 0.002 and float(gpu) == 0  # no GPU spin
+
+
+def test_the_host_plant_busy_waits_holding_the_cpu_only_when_asked(tmp_path: Path):
+    """PATCHBENCH_PLANT_SPIN=1: the planted wait is a busy wait (CPU time near the wall time
+    it waits, which the engine's other threads cannot use); without it, a sleep (no CPU)."""
+    _fake_vllm(tmp_path, "vllm.v1.core.sched.scheduler", "class Scheduler:\n"
+               "    def schedule(self):\n        pass\n")  # fmt: skip
+    code = (
+        "import time; from vllm.v1.core.sched.scheduler import Scheduler; s = Scheduler()\n"
+        "c, w = time.process_time(), time.perf_counter()\n"
+        "for _ in range(5): s.schedule()\n"
+        "print(time.process_time() - c, time.perf_counter() - w)"
+    )
+    sleep = _run([PLANT_SITE, tmp_path], code, PATCHBENCH_PLANT_DELAY_MS="20")
+    spin = _run([PLANT_SITE, tmp_path], code, PATCHBENCH_PLANT_DELAY_MS="20",
+                PATCHBENCH_PLANT_SPIN="1")  # fmt: skip
+    (cpu_sleep, wall_sleep), (cpu_spin, wall_spin) = (map(float, o.split()) for o in (sleep, spin))
+    assert wall_sleep >= 0.1 and cpu_sleep < 0.015
+    assert wall_spin >= 0.1 and cpu_spin > 0.025  # a quarter of the wait, on a busy machine
 
 
 def test_planted_count_can_be_written_at_every_step(tmp_path: Path):
