@@ -116,6 +116,7 @@ class _Event:
     def __init__(self, enable_timing=False): self.at = None
     def record(self): self.at = _Event.t
     def synchronize(self): pass
+    def query(self): return True
     def elapsed_time(self, end): return (end.at - self.at) * 1000
 class cuda:
     Event = _Event
@@ -148,8 +149,9 @@ def test_the_gpu_plant_spins_its_delay_once_per_step_and_counts_it(tmp_path: Pat
     assert result == "6"  # the step itself still runs
     spins = json.loads(slept)
     assert spins[0] == 10**7 and spins[1:] == [500_000] * 8  # 250 µs at 2 GHz, every step
-    calls, planted = count.read_text().split()
+    calls, planted, spun = count.read_text().split()
     assert int(calls) == 8 and float(planted) == pytest.approx(8 * 250e-6)
+    assert float(spun) == pytest.approx(7 * 250e-6)  # each spin is timed once it has finished
 
 
 def test_distinct_outputs_are_kept_whole_once(tmp_path):

@@ -18,7 +18,7 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     [[related]]                   # upstream work on the same code, one table each (* optional)
     url = "#47540"                # "#N" (vllm-project/vllm) or a GitHub pull/issue URL
     state = "open"                # open | merged | closed, as of `checked`
-    checked = "2026-12-01"        # the date the state was looked up
+    checked = "YYYY-MM-DD"        # the date the state was looked up
     differs = "..."               # one line: how this patch differs from it (prose)
     relation* = "related"         # related | backport (this patch is that merged PR, carried to
                                   #   an older pin) | same (this patch is that open PR)

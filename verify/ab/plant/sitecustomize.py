@@ -82,7 +82,7 @@ def _gpu_spin() -> float:
         _GPU_SPUN[0] += seconds
         if seconds > 0:
             _SPIN["cycles_per_s"] = 0.8 * _SPIN["cycles_per_s"] + 0.2 * cycles / seconds
-    cycles = int(_GPU_DELAY_S * _SPIN["cycles_per_s"])
+    cycles = round(_GPU_DELAY_S * _SPIN["cycles_per_s"])
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     torch.cuda._sleep(cycles)
