@@ -244,6 +244,15 @@ def status(session: nox.Session) -> None:
     _tool(session, "status", *session.posargs)
 
 
+@nox.session(venv_backend="none")  # untagged: it needs arguments, so CI's matrix leaves it out
+def port(session: nox.Session) -> None:
+    """[~1-5 min, seconds warm] `-- <from-pin> <to-version>`: carry a pin's series to another
+    release (`-- --continue` / `-- --abort` after a conflict); see verify/port.py."""
+    if not session.posargs:
+        session.error("usage: nox -s port -- <from-pin> <to-version> (or -- --continue/--abort)")
+    _tool(session, "port", *session.posargs)
+
+
 @nox.session(tags=FAST)
 def tests(session: nox.Session) -> None:
     """[~3 min] the project's own test suite (temporary folders; no vLLM runtime needed)."""

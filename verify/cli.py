@@ -103,6 +103,45 @@ def _status(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
+def _port_target(args: argparse.Namespace) -> str:
+    """The version a `port` command works on: its second argument, or with --continue /
+    --abort the one given or the only port in progress."""
+    from verify import port
+
+    if not (args.resume or args.abort):
+        if len(args.versions) != 2:
+            raise PatchbenchError("usage: port <from-pin> <to-version> (or --continue / --abort)")
+        return args.versions[1]
+    if args.versions:
+        return args.versions[-1]
+    found = port.in_progress(paths.build_root())
+    if len(found) != 1:
+        raise PatchbenchError(
+            "no port is in progress" if not found else
+            f"ports in progress into {', '.join(found)}: name one (`port --continue VERSION`)"
+        )  # fmt: skip
+    return found[0]
+
+
+def _port(args: argparse.Namespace) -> int:
+    from verify import port, upstream_code
+
+    target = BuildTree(_port_target(args))
+    if args.abort:
+        port.abort(target)
+        return 0
+    try:
+        if args.resume:
+            state = port.load(target)
+            source = BuildTree(state.source if state else target.version)
+            return port.resume(source, target, upstream_code.releases)
+        source = BuildTree(require_pinned(args.versions[0]))
+        state = port.start(source, target, replace=args.replace)
+        return port.run(source, target, state, upstream_code.releases)
+    except KeyboardInterrupt:
+        return 130
+
+
 def _wheel(args: argparse.Namespace) -> int:
     from verify import wheel
 
@@ -180,6 +219,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
     p.add_argument("--json", help="where to write the JSON (default: <results>/status.json)")
     p.set_defaults(func=_status)
+    p = sub.add_parser("port", help="carry a pin's series to another release (see verify/port.py)")
+    p.add_argument(
+        "versions",
+        nargs="*",
+        metavar="VERSION",
+        help="<from-pin> <to-version>; with --continue / --abort: [to-version]",
+    )
+    p.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="take the resolution of the stopped patch and carry on",
+    )
+    p.add_argument(
+        "--abort",
+        action="store_true",
+        help="restore the build tree and patches/<to>/ as they were before the port",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="port over an existing patches/<to>/ (--abort puts it back)",
+    )
+    p.set_defaults(func=_port)  # fmt: skip
     p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
     p.add_argument("version")
     p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")
@@ -211,6 +274,8 @@ LOCKED = ("apply", "check", "export", "wheel", "report", "prune-backups")
 
 def _pin_lock(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
     """The lock of the pin a command changes (its build tree, patches or records)."""
+    if args.command == "port":
+        return locks.pin_lock(_port_target(args))
     if args.command in LOCKED:
         return locks.pin_lock(require_pinned(args.version))
     return contextlib.nullcontext()
