@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from verify import pins
 from verify.errors import PatchbenchError
 
 WORKFLOW = Path(".github/workflows/patchbench.yml")
@@ -34,9 +35,9 @@ PYTHON = "3.11"
 CPU_RUNNER = "ubuntu-latest"
 GPU_LABELS = ["self-hosted", "linux", "x64", "gpu", "h100"]
 BUILDKITE_GPU = "h100"
-#: GPU steps per pin where not every `scripts/gpu_verify.py` step runs that pin's patches: the
-#: 0.18.1 series is the pooling backport, measured by the `micro` step (002 pooling) only.
-GPU_STEPS_OF_PIN = {"0.18.1": ("micro",)}
+#: GPU steps per pin where not every `scripts/gpu_verify.py` step runs that pin's patches
+#: (pins.toml's `gpu_steps`).
+GPU_STEPS_OF_PIN = {pin: tuple(steps) for pin, steps in pins.with_key("gpu_steps").items()}
 #: Per-pin sessions the matrix leaves out: export writes patches/ (a developer's step), wheel
 #: builds an artifact for a release (not a check), apply runs inside every other session, report
 #: runs in `gather` on the merged records, and
