@@ -142,6 +142,13 @@ def _port(args: argparse.Namespace) -> int:
         return 130
 
 
+def _range_diff(args: argparse.Namespace) -> int:
+    from verify import range_diff
+
+    print(range_diff.range_diff(args.patch, args.pins, args.rev))
+    return 0
+
+
 def _wheel(args: argparse.Namespace) -> int:
     from verify import wheel
 
@@ -243,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="port over an existing patches/<to>/ (--abort puts it back)",
     )
     p.set_defaults(func=_port)  # fmt: skip
+    p = sub.add_parser("range-diff", help="git range-diff of a patch's versions or its ports")
+    p.add_argument("patch", help="<pin>/<NNNN>, e.g. 0.22.0/0011")
+    p.add_argument("--pins", nargs=2, metavar=("A", "B"), help="its ports on pins A and B")
+    p.add_argument("--rev", help="its version committed at REV against the current file")
+    p.set_defaults(func=_range_diff)
     p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
     p.add_argument("version")
     p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")

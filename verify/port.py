@@ -36,6 +36,7 @@ from verify.buildtree import BASELINE_TAG, BuildTree
 from verify.errors import PatchbenchError
 from verify.progress import say
 from verify.series import Patch, parse_patch, read_series
+from verify.versions import version_key
 
 STATE = "patchbench-port"
 SOURCE_REF = "refs/patchbench/port-source/{pin}"
@@ -182,6 +183,10 @@ def carry_one(target: BuildTree, state: PortState, releases: Callable[[], list[s
     patch = parse_patch(path)
     base = Outcome(name, patch.subject, "", source_commit=state.source_commits[state.next])
     before = target.head()
+    if _claims_absorbed(patch, target.version):  # its trailer says so: the code must agree
+        probe = _probe(target, patch)
+        if probe is not None and probe.contains:
+            return _absorbed(target, base, patch, _evidence(probe), releases)
     check = gitverbs.apply_check(target, path)
     if check.ok:
         _am_or_fail(target, path)
@@ -200,15 +205,30 @@ def carry_one(target: BuildTree, state: PortState, releases: Callable[[], list[s
         gitverbs.am_continue(target)  # every conflict resolved by a recorded resolution
         return _done(target, base, "replayed", detail="recorded resolution (git rerere)",
                      hunks=moved_hunks(path.read_text(), target))  # fmt: skip
-    probe = _lines_probe(target, patch)
+    probe = _probe(target, patch, at=before)
     if probe is not None and probe.contains:
         gitverbs.am_abort(target)
         gitverbs.reset_hard(target, before)
-        return _absorbed(target, base, patch, f"{probe.method}: {probe.detail} in the "
-                         "functions it touches", releases)  # fmt: skip
+        return _absorbed(target, base, patch, _evidence(probe), releases)
     base.outcome, base.files = "conflict", files or _patch_files(patch)
     base.detail = result.output.splitlines()[-1] if result.output else ""
     return base
+
+
+def _claims_absorbed(patch: Patch, version: str) -> bool:
+    claimed = patch.merged_in or patch.obsolete_in
+    return bool(claimed) and version_key(claimed) <= version_key(version)
+
+
+def _evidence(probe: upstream_code.Probe) -> str:
+    how = {
+        "marker": "the registered code marker (verify/upstream_code.py:MARKERS) finds upstream's "
+        "form in",
+        "lines": "in the functions it touches, its added lines are there and its removed lines "
+        "gone:",
+        "reverse-applies": "its code hunks reverse-apply:",
+    }.get(probe.method, f"{probe.method}:")
+    return f"{how} {probe.detail or 'the release has the change'}".strip()
 
 
 def _am_or_fail(target: BuildTree, path: Path) -> None:
@@ -229,24 +249,29 @@ def _patch_files(patch: Patch) -> list[str]:
     return list(patch.files)
 
 
-def _lines_probe(target: BuildTree, patch: Patch) -> upstream_code.Probe | None:
-    """The status machinery's line check of `patch` on the target's HEAD (None if unreadable)."""
-
-    def blob(sha: str) -> str | None:
-        result = gitverbs._run(target, "cat-file", "blob", sha)
-        return result.output + "\n" if result.ok else None
+def _probe(target: BuildTree, patch: Patch, at: str = "HEAD") -> upstream_code.Probe | None:
+    """The status machinery's check (`upstream_code.Change.probe`: marker, reverse-apply, then
+    the lines of the touched functions) of `patch` on the target's commit `at`."""
 
     def head_file(path: str) -> str | None:
-        data = target.read_bytes("HEAD", path)
+        data = target.read_bytes(at, path)
         return data.decode(errors="replace") if data is not None else None
 
     try:
-        change = upstream_code.Change.of(patch, blob)
+        change = upstream_code.Change.of(patch, _blob(target))
         if not change.files:
             return None
-        return change._lines(target.version, {p: head_file(p) for p in change.paths})
+        return change.probe(target.version, head_file)
     except (OSError, ValueError):
         return None
+
+
+def _blob(target: BuildTree) -> Callable[[str], str | None]:
+    def read(sha: str) -> str | None:
+        result = gitverbs._run(target, "cat-file", "blob", sha)
+        return result.output + "\n" if result.ok else None
+
+    return read
 
 
 def _absorbed(target: BuildTree, base: Outcome, patch: Patch, evidence: str,
@@ -278,13 +303,9 @@ def first_release(target: BuildTree, patch: Patch, releases: Callable[[], list[s
     if target.version not in candidates:
         candidates.append(target.version)
     files = upstream_code.ReleaseFiles(target._fetch_sdist)
-
-    def blob(sha: str) -> str | None:
-        result = gitverbs._run(target, "cat-file", "blob", sha)
-        return result.output + "\n" if result.ok else None
-
     try:
-        search = upstream_code.first_containing(upstream_code.Change.of(patch, blob), origin,
+        change = upstream_code.Change.of(patch, _blob(target))
+        search = upstream_code.first_containing(change, origin,
                                                 None, candidates[:-1], files)  # fmt: skip
     except (PatchbenchError, OSError) as exc:
         return target.version, f"; earlier releases not searched ({exc})"
