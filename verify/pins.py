@@ -26,6 +26,7 @@ KEYS = {
     "ci_equivalence": bool,
     "ci_equivalence_why": str,
     "upstream_tests": dict,
+    "forward_tests": list,
 }
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -57,6 +58,14 @@ def _load(path: Path) -> dict[str, Any]:
                                   f"(known: {', '.join(KEYS)})")  # fmt: skip
             if not isinstance(value, KEYS[key]):
                 raise ConfigError(f"{path}: pin {version}: {key} must be a {KEYS[key].__name__}")
+    unknown = sorted(set(data) - {"main", "pins", "forward"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}")
+    for version, entry in pins.items():
+        missing = [n for n in entry.get("forward_tests", []) if n not in data.get("forward", {})]
+        if missing:
+            raise ConfigError(f"{path}: pin {version} names forward test(s) {', '.join(missing)} "
+                              "that have no [forward.\"<name>\"] table")  # fmt: skip
     if data.get("main") not in pins:
         raise ConfigError(f"{path}: main = {data.get('main')!r} is not one of its pins")
     return data
@@ -84,3 +93,23 @@ def entry(version: str) -> dict[str, Any]:
 def with_key(key: str) -> dict[str, Any]:
     """{pin: its `key`} of the pins that set `key`, oldest first."""
     return {v: entry(v)[key] for v in pinned() if key in entry(v)}
+
+
+def forward_specs() -> dict[str, list[dict[str, Any]]]:
+    """{pin: its forward-test specs (the [forward."<name>"] tables it names)}."""
+    specs = data().get("forward", {})
+    return {pin: [specs[name] for name in names]
+            for pin, names in with_key("forward_tests").items()}  # fmt: skip
+
+
+def ci_equivalence_pins() -> list[str]:
+    """The pins whose equivalence .ci/run loops over: every pin but the main one (its main job
+    runs it) and those whose table says `ci_equivalence = false`."""
+    return [v for v in pinned() if v != main_pin() and entry(v).get("ci_equivalence", True)]
+
+
+if __name__ == "__main__":  # `python -m verify.pins [ci-equivalence]`: pins, space separated
+    import sys
+
+    chosen = ci_equivalence_pins() if sys.argv[1:] == ["ci-equivalence"] else list(pinned())
+    print(" ".join(chosen))
