@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from verify import claims, gitverbs, upstream_code
+from verify import claims, dependencies, gitverbs, upstream_code
 from verify.buildtree import BASELINE_TAG, BuildTree
 from verify.errors import PatchbenchError
 from verify.progress import say
@@ -499,7 +499,8 @@ def finish(source: BuildTree, target: BuildTree, state: PortState) -> int:
         target.version, read_series(target.version, target.patches_root)
     )
     outcomes = [Outcome(**o) for o in state.outcomes]
-    report = port_report.write(target, state, outcomes, problems, count)
+    deps = dependencies.of_series(target.version, target.path.parent, target.patches_root)
+    report = port_report.write(target, state, outcomes, problems, count, deps)
     shutil.rmtree(state_dir(target))
     print(port_report.summary(state, outcomes))
     say(

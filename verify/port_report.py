@@ -44,7 +44,8 @@ def range_diff_text(target: BuildTree, old: str, new: str, labels: tuple[str, st
     return "\n".join(lines)
 
 
-def render(target: BuildTree, state, outcomes: list, problems: list[str], resolutions: int) -> str:
+def render(target: BuildTree, state, outcomes: list, problems: list[str], resolutions: int,
+           deps: list | None = None) -> str:  # fmt: skip
     names = _new_names(target, outcomes)
     lines = [
         f"# Port of patches/{state.source}/ to vLLM {state.target}",
@@ -69,6 +70,10 @@ def render(target: BuildTree, state, outcomes: list, problems: list[str], resolu
     lines.append(f"Check of the exported series: {'; '.join(problems) if problems else 'ok'}."
                  + (f" Recorded resolutions kept in patches/{state.target}/rr-cache/: "
                     f"{resolutions}." if resolutions else ""))  # fmt: skip
+    if deps:
+        lines += ["", f"Dependencies in patches/{state.target}/ (derived by applying on the "
+                  f"pristine {state.target}): " + "; ".join(f"{d.patch[:4]} {d.text()}"
+                                                           for d in deps) + "."]  # fmt: skip
     for o in outcomes:
         lines += ["", f"## {o.patch}", "", f"Outcome: **{o.outcome}**" +
                   (f" as `{names[o.patch]}`" if o.patch in names else "") + "."]  # fmt: skip
@@ -86,10 +91,11 @@ def render(target: BuildTree, state, outcomes: list, problems: list[str], resolu
     return "\n".join(lines) + "\n"
 
 
-def write(target: BuildTree, state, outcomes: list, problems: list[str], resolutions: int) -> Path:
+def write(target: BuildTree, state, outcomes: list, problems: list[str], resolutions: int,
+          deps: list | None = None) -> Path:  # fmt: skip
     path = report_path(target, state.source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(target, state, outcomes, problems, resolutions))
+    path.write_text(render(target, state, outcomes, problems, resolutions, deps))
     return path
 
 
