@@ -85,12 +85,32 @@ def _prune_backups(args: argparse.Namespace) -> int:
     return 0
 
 
+def _newest() -> int:
+    """`status --newest`: the newest release on the index (one query), on stdout."""
+    from verify import upstream_code
+    from verify.versions import version_key
+
+    newest = upstream_code.releases()[-1]
+    pin = max(PINNED, key=version_key)
+    newer = version_key(newest) > version_key(pin)
+    print(newest)
+    say(f"newest vLLM release on the index: {newest}; newest pin: {pin}"
+        f"{' (a newer release: port the series to it)' if newer else ''}")  # fmt: skip
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
+    if args.newest:
+        return _newest()
     pins = tuple(args.pins or PINNED)
     for pin in pins:
         require_pinned(pin)
     listing = claims.release_list()
     rows = status_mod.compute(pins, release_list=listing)
+    if args.drift:
+        if not listing:
+            raise PatchbenchError("--drift needs vLLM's release list (the index, or its cache)")
+        rows.drift = status_mod.drift_of(rows, listing)
     print(status_mod.render(rows, pins))
     out = Path(args.json) if args.json else paths.results_root() / "status.json"
     written = status_mod.write_json(rows, out)
@@ -225,7 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="every patch x every pinned version")
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
     p.add_argument("--json", help="where to write the JSON (default: <results>/status.json)")
-    p.set_defaults(func=_status)
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="also: per patch, the later releases that changed the code it touches, "
+        "the newest it applies to, whether upstream absorbed it (cached sdists)",
+    )
+    p.add_argument(
+        "--newest",
+        action="store_true",
+        help="print the newest vLLM release on the index (one query) and stop",
+    )
+    p.set_defaults(func=_status)  # fmt: skip
     p = sub.add_parser("port", help="carry a pin's series to another release (see verify/port.py)")
     p.add_argument(
         "versions",
