@@ -108,8 +108,10 @@ def ci_equivalence_pins() -> list[str]:
     return [v for v in pinned() if v != main_pin() and entry(v).get("ci_equivalence", True)]
 
 
-if __name__ == "__main__":  # `python -m verify.pins [ci-equivalence]`: pins, space separated
+if __name__ == "__main__":  # `python -m verify.pins [ci-equivalence | newest]`: space separated
     import sys
 
-    chosen = ci_equivalence_pins() if sys.argv[1:] == ["ci-equivalence"] else list(pinned())
+    ask = sys.argv[1:]
+    chosen = ci_equivalence_pins() if ask == ["ci-equivalence"] else list(pinned())
+    chosen = chosen[-1:] if ask == ["newest"] else chosen
     print(" ".join(chosen))
