@@ -131,7 +131,25 @@ def test_a_second_port_of_the_same_pair_replays_the_resolution(make_tree):
     assert code == 0
     text = port_report.report_path(target, "9.9.0").read_text()
     assert "| [Perf] Three | replayed |" in text.replace("0004 ", "")
+    assert "differs from the previous" not in text
     assert {p.name: p.read_bytes() for p in target.series_path.glob("*.patch")} == first
+
+
+def test_a_second_port_says_which_patch_differs_from_the_previous_port(make_tree):
+    """An edit made after the first port (outside any conflict) is not replayed: it is named."""
+    source = _series(make_tree)
+    target, _ = _start(make_tree, source)
+    _resolve(target)
+    port.resume(source, target, _releases)
+    text = (target.path / "vllm/pooling.py").read_text()
+    (target.path / "vllm/pooling.py").write_text(text + "EXTRA = 1\n")
+    target.git("commit", "-qa", "--amend", "--no-edit")
+    target.export()
+    shutil.rmtree(target.path)
+    target, code = _start(make_tree, source, replace=True)
+    assert code == 0
+    text = port_report.report_path(target, "9.9.0").read_text()
+    assert "differs from the previous 0004-Perf-Pool.patch" in text
 
 
 def test_abort_restores_the_tree_and_the_series_before_the_port(make_tree):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,3 +203,10 @@ def hunk_offsets(check_output: str) -> list[str]:
             n, at, offset = match.groups()
             found.append(f"{current} hunk {n} at line {at} (offset {int(offset):+d})")
     return found
+
+
+def patch_id(tree: BuildTree, diff_text: str) -> str:
+    """`git patch-id --stable` of a diff (or a format-patch file): equal for the same change."""
+    run = subprocess.run(["git", "patch-id", "--stable"], input=diff_text, capture_output=True,
+                         text=True, cwd=tree.path)  # fmt: skip
+    return run.stdout.split(" ", 1)[0]

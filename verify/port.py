@@ -364,6 +364,7 @@ def run(source: BuildTree, target: BuildTree, state: PortState,
                 _save_pending(target, outcome)
                 print(conflict_message(target, outcome))
                 return 1
+            _compare_previous(target, outcome)
             _record(target, state, outcome)
         return finish(source, target, state)
     except BaseException as exc:
@@ -376,6 +377,24 @@ def _record(target: BuildTree, state: PortState, outcome: Outcome) -> None:
     save(target, state)
     moved = f"; {len(outcome.hunks)} hunk(s) moved" if outcome.hunks else ""
     say(f"  {outcome.outcome}{': ' + outcome.detail if outcome.detail else ''}{moved}")
+
+
+def _compare_previous(target: BuildTree, outcome: Outcome) -> None:
+    """With `--replace`: say when a carried patch differs from the previous series' patch of
+    the same subject (rerere replays only conflicted hunks; edits made after that port, or a
+    changed source patch, show here): `range-diff --rev` shows how."""
+    previous = state_dir(target) / "previous"
+    if not outcome.commit or not (previous / "series").exists():
+        return
+    for path in sorted(previous.glob("*.patch")):
+        if parse_patch(path).subject != outcome.subject:
+            continue
+        if gitverbs.patch_id(target, path.read_text()) != gitverbs.patch_id(
+            target, gitverbs.show_diff(target, outcome.commit)
+        ):
+            outcome.detail = "; ".join(filter(None, [outcome.detail, f"its diff differs from "
+                                                     f"the previous {path.name}"]))  # fmt: skip
+        return
 
 
 def _save_pending(target: BuildTree, outcome: Outcome) -> None:
