@@ -19,8 +19,8 @@ def _git(folder, *args: str) -> str:
                           text=True).stdout  # fmt: skip
 
 
-def _two_versions(make_tree, workspace):
-    """patches/9.9.0/0001 committed twice in a git repository: the second changes its diff."""
+def _committed_once(make_tree, workspace):
+    """patches/9.9.0/0001 ("[Perf] One") committed once in a git repository of patches/."""
     tree = make_tree("9.9.0")
     tree.apply()
     commit_change(tree, "vllm/sampler.py", "return x + 1\n", "return x + 100\n", "[Perf] One")
@@ -28,6 +28,12 @@ def _two_versions(make_tree, workspace):
     _git(workspace / "patches", "init", "-q")
     _git(workspace / "patches", "add", "-A")
     _git(workspace / "patches", "commit", "-qm", "first")
+    return tree
+
+
+def _two_versions(make_tree, workspace):
+    """patches/9.9.0/0001 committed twice in a git repository: the second changes its diff."""
+    tree = _committed_once(make_tree, workspace)
     first = _git(workspace / "patches", "rev-parse", "--short", "HEAD").strip()
     (tree.path / "vllm/sampler.py").write_text(
         (tree.path / "vllm/sampler.py").read_text().replace("x + 100", "x + 101")
@@ -77,13 +83,7 @@ def test_range_diff_between_the_ports_on_two_pins(make_tree, workspace):
 )
 def test_bad_range_diff_requests_are_named(make_tree, workspace, bad_input, ident, kwargs,
                                            message):  # fmt: skip
-    tree = make_tree("9.9.0")
-    tree.apply()
-    commit_change(tree, "vllm/sampler.py", "return x + 1\n", "return x + 100\n", "[Perf] One")
-    tree.export()
-    _git(workspace / "patches", "init", "-q")
-    _git(workspace / "patches", "add", "-A")
-    _git(workspace / "patches", "commit", "-qm", "only")
+    _committed_once(make_tree, workspace)
     with pytest.raises(PatchbenchError, match=message) as info:
         range_diff(ident, patches_root=workspace / "patches", build_root=workspace / "build",
                    **kwargs)  # fmt: skip

@@ -210,6 +210,39 @@ def _bad_input_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_follow_commands(sub) -> None:
+    """`port` and `range-diff`: following upstream."""
+    p = sub.add_parser("port", help="carry a pin's series to another release (see verify/port.py)")
+    p.add_argument(
+        "versions",
+        nargs="*",
+        metavar="VERSION",
+        help="<from-pin> <to-version>; with --continue / --abort: [to-version]",
+    )
+    p.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="take the resolution of the stopped patch and carry on",
+    )
+    p.add_argument(
+        "--abort",
+        action="store_true",
+        help="restore the build tree and patches/<to>/ as they were before the port",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="port over an existing patches/<to>/ (--abort puts it back)",
+    )
+    p.set_defaults(func=_port)  # fmt: skip
+    p = sub.add_parser("range-diff", help="git range-diff of a patch's versions or its ports")
+    p.add_argument("patch", help="<pin>/<NNNN>, e.g. 0.22.0/0011")
+    p.add_argument("--pins", nargs=2, metavar=("A", "B"), help="its ports on pins A and B")
+    p.add_argument("--rev", help="its version committed at REV against the current file")
+    p.set_defaults(func=_range_diff)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,35 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the newest vLLM release on the index (one query) and stop",
     )
     p.set_defaults(func=_status)  # fmt: skip
-    p = sub.add_parser("port", help="carry a pin's series to another release (see verify/port.py)")
-    p.add_argument(
-        "versions",
-        nargs="*",
-        metavar="VERSION",
-        help="<from-pin> <to-version>; with --continue / --abort: [to-version]",
-    )
-    p.add_argument(
-        "--continue",
-        dest="resume",
-        action="store_true",
-        help="take the resolution of the stopped patch and carry on",
-    )
-    p.add_argument(
-        "--abort",
-        action="store_true",
-        help="restore the build tree and patches/<to>/ as they were before the port",
-    )
-    p.add_argument(
-        "--replace",
-        action="store_true",
-        help="port over an existing patches/<to>/ (--abort puts it back)",
-    )
-    p.set_defaults(func=_port)  # fmt: skip
-    p = sub.add_parser("range-diff", help="git range-diff of a patch's versions or its ports")
-    p.add_argument("patch", help="<pin>/<NNNN>, e.g. 0.22.0/0011")
-    p.add_argument("--pins", nargs=2, metavar=("A", "B"), help="its ports on pins A and B")
-    p.add_argument("--rev", help="its version committed at REV against the current file")
-    p.set_defaults(func=_range_diff)
+    _add_follow_commands(sub)
     p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
     p.add_argument("version")
     p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")
