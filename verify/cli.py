@@ -310,9 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_environment() -> None:
     """Named errors for unusable PATCHBENCH_* variables, before any command starts."""
-    from verify import sdist
+    from verify import sdist, versions
 
     paths.check_environment()
+    versions.require_pin_data()
     sdist.index_url()
     locks.lock_timeout()
 

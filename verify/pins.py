@@ -32,10 +32,17 @@ _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 def pins_file() -> Path:
+    """PATCHBENCH_PINS, else the checkout's patches/pins.toml (beside the package when it is
+    installed editable, else the checkout `verify.paths` finds; its error names the way out)."""
     value = os.environ.get(PINS_ENV, "").strip()
     if value:
         return Path(value)
-    return Path(__file__).resolve().parent.parent / "patches" / "pins.toml"
+    beside = Path(__file__).resolve().parent.parent / "patches" / "pins.toml"
+    if beside.exists():
+        return beside
+    from verify import paths
+
+    return paths.repo_root() / "patches" / "pins.toml"
 
 
 @functools.cache

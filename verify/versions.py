@@ -5,15 +5,23 @@ from __future__ import annotations
 from verify import pins
 from verify.errors import PatchbenchError
 
-#: Pinned releases, oldest first: the [pins] tables of patches/pins.toml (`verify.pins`).
-PINNED: tuple[str, ...] = pins.pinned()
+try:
+    #: Pinned releases, oldest first: the [pins] tables of patches/pins.toml (`verify.pins`).
+    PINNED: tuple[str, ...] = pins.pinned()
+    #: The seed series' main pin (pins.toml's `main`).
+    MAIN: str = pins.main_pin()
+    #: Pins whose GPU steps cannot run on the lent GPU machine, and why: the `not run` reason a
+    #: report gives for a GPU step without a record on that pin (pins.toml's `gpu_not_runnable`).
+    GPU_NOT_RUNNABLE: dict[str, str] = pins.with_key("gpu_not_runnable")
+    _UNREADABLE: PatchbenchError | None = None
+except PatchbenchError as exc:  # no checkout, or bad pin data: every command that needs it says
+    PINNED, MAIN, GPU_NOT_RUNNABLE, _UNREADABLE = (), "", {}, exc
 
-#: The seed series' main pin (pins.toml's `main`).
-MAIN: str = pins.main_pin()
 
-#: Pins whose GPU steps cannot run on the lent GPU machine, and why: the `not run` reason a
-#: report gives for a GPU step without a record on that pin (pins.toml's `gpu_not_runnable`).
-GPU_NOT_RUNNABLE: dict[str, str] = pins.with_key("gpu_not_runnable")
+def require_pin_data() -> None:
+    """The error that kept the pin data from being read, if any (raised before any command)."""
+    if _UNREADABLE is not None:
+        raise _UNREADABLE
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -26,6 +34,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def require_pinned(version: str) -> str:
     """Return `version` if it is pinned, else raise an error listing the pins."""
+    require_pin_data()
     if version not in PINNED:
         raise PatchbenchError(
             f"vLLM {version} is not a pinned version; pinned: {', '.join(PINNED)} "
