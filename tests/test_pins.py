@@ -87,20 +87,22 @@ def test_ci_equivalence_false_leaves_the_pin_out_of_the_ci_loop(tmp_path, monkey
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("what", "text", "message"),
     [
-        ('main = "0.22.0"\n[pins."0.22"]\n', "is not an X.Y.Z release"),
-        ('main = "1.0.0"\n[pins."0.22.0"]\n', "is not one of its pins"),
-        ('main = "0.22.0"\n[pins."0.22.0"]\ngpu = true\n', "unknown key 'gpu'"),
-        ('main = "0.22.0"\n[pins."0.22.0"]\ngpu_tier = "yes"\n', "gpu_tier must be a bool"),
-        ('main = "0.22.0"\n[pins."0.22.0"]\nforward_tests = ["x"]\n', "that have no"),
-        ('main = "0.22.0"\npins = [\n', "not valid TOML"),
+        ("a pin that is not X.Y.Z", 'main = "0.22.0"\n[pins."0.22"]\n', "not an X.Y.Z release"),
+        ("`main` not a pin", 'main = "1.0.0"\n[pins."0.22.0"]\n', "is not one of its pins"),
+        ("an unknown key", 'main = "0.22.0"\n[pins."0.22.0"]\ngpu = true\n', "unknown key"),
+        ("a value of the wrong type", 'main = "0.22.0"\n[pins."0.22.0"]\ngpu_tier = "yes"\n',
+         "gpu_tier must be a bool"),
+        ("a forward test without its table",
+         'main = "0.22.0"\n[pins."0.22.0"]\nforward_tests = ["x"]\n', "that have no"),
+        ("broken TOML", 'main = "0.22.0"\npins = [\n', "not valid TOML"),
     ],
-)
-def test_bad_pin_data_is_a_named_error(tmp_path, monkeypatch, bad_input, text, message):
+)  # fmt: skip
+def test_bad_pin_data_is_a_named_error(tmp_path, monkeypatch, bad_input, what, text, message):
     path = tmp_path / "pins.toml"
     path.write_text(text)
     monkeypatch.setenv(pins.PINS_ENV, str(path))
     with pytest.raises(ConfigError, match=message) as info:
         pins.pinned()
-    bad_input(f"patches/pins.toml: {message}", str(info.value))
+    bad_input(f"patches/pins.toml with {what}", str(info.value))
