@@ -94,8 +94,6 @@ def test_ci_equivalence_false_leaves_the_pin_out_of_the_ci_loop(tmp_path, monkey
         ("an unknown key", 'main = "0.22.0"\n[pins."0.22.0"]\ngpu = true\n', "unknown key"),
         ("a value of the wrong type", 'main = "0.22.0"\n[pins."0.22.0"]\ngpu_tier = "yes"\n',
          "gpu_tier must be a bool"),
-        ("a forward test without its table",
-         'main = "0.22.0"\n[pins."0.22.0"]\nforward_tests = ["x"]\n', "that have no"),
         ("broken TOML", 'main = "0.22.0"\npins = [\n', "not valid TOML"),
     ],
 )  # fmt: skip

@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verify import pins, results
+from verify import results
 from verify.errors import PatchbenchError
 from verify.progress import say
 from verify.series import read_series
@@ -52,16 +52,71 @@ class ForwardSpec:
     not_applicable: dict[str, str] = field(default_factory=dict)  # test-name prefix -> change
 
 
-def _spec(raw: dict) -> ForwardSpec:
+_CPU_DEVICE = (
+    "DEVICE = current_platform.device_type",
+    'DEVICE = "cpu"  # forward-test adapter: no accelerator platform here',
+)
+
+
+def _bounds_spec() -> ForwardSpec:
+    """0.24.0's own regression test of GHSA-8wr5-jm2h-8r4f, for every pin carrying the guard."""
     return ForwardSpec(
-        **{k: v for k, v in raw.items() if k != "adapter"},
-        adapter=tuple((old, new) for old, new in raw.get("adapter", ())),
+        seed="001",
+        subject="[Bugfix] Keep recovered token ids inside the vocabulary",
+        release="0.24.0",
+        test_file="tests/v1/sample/test_rejection_sampler.py",
+        select="test_sample_recovered_tokens_vocab_boundary",
+        adapter=(
+            (
+                "DEVICE_TYPE = current_platform.device_type",
+                'DEVICE_TYPE = "cpu"  # forward-test adapter: no accelerator platform here',
+            ),
+        ),
+        adapter_why="the source tree has no CPU or CUDA platform build, so "
+        "current_platform.device_type is empty; the test's tensors go to the CPU",
     )
 
 
-#: Per pin: its forward-test specs (pins.toml's `forward_tests`, the [forward."<name>"] tables).
 SPECS: dict[str, list[ForwardSpec]] = {
-    pin: [_spec(raw) for raw in specs] for pin, specs in pins.forward_specs().items()
+    "0.16.0": [
+        ForwardSpec(
+            seed="001",
+            subject="[Kernel] Tile the vocabulary in sample_recovered_tokens_kernel",
+            release="0.17.0",
+            test_file="tests/v1/sample/test_rejection_sampler.py",
+            select="test_sample_recovered_tokens",
+            adapter=(_CPU_DEVICE,),
+            adapter_why="the source tree has no CPU or CUDA platform build, so "
+            "current_platform.device_type is empty; the test's tensors go to the CPU",
+        ),
+        _bounds_spec(),
+    ],
+    "0.18.1": [
+        ForwardSpec(
+            seed="002",
+            subject="[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
+            release="0.19.0",
+            test_file="tests/v1/worker/test_gpu_input_batch.py",
+            select="pooling",
+            adapter=(
+                (
+                    'CUDA_DEVICES = [\n    f"{current_platform.device_type}:{i}"\n'
+                    "    for i in range(min(current_platform.device_count(), 2))\n]",
+                    'CUDA_DEVICES = ["cpu"]  # forward-test adapter: no accelerator here',
+                ),
+            ),
+            adapter_why="without an accelerator platform CUDA_DEVICES is empty and every "
+            "device-parametrized test is skipped; they run on the CPU instead",
+            not_applicable={
+                "test_pooling_prompt_lens_not_aliased": "0.19.0's separate "
+                "num_prompt_tokens_cpu_tensor change (PoolingMetadata.prompt_lens is a copy, "
+                "no longer a view of the batch's pinned num_prompt_tokens buffer); the "
+                "backport of PR #38139 does not carry it and 0.18.1 still aliases the buffer",
+            },
+        ),
+        _bounds_spec(),
+    ],
+    "0.22.0": [_bounds_spec()],
 }
 
 
@@ -72,7 +127,7 @@ def adapt(text: str, spec: ForwardSpec) -> str:
         if count != 1:
             raise PatchbenchError(
                 f"forward-test adapter for {spec.release}:{spec.test_file} expects {old!r} "
-                f"once, found it {count} time(s); update its [forward] table in patches/pins.toml"
+                f"once, found it {count} time(s); update verify/forward_tests.py:SPECS"
             )
         text = text.replace(old, new)
     return text

@@ -1,6 +1,6 @@
 """Pin data: `patches/pins.toml` (or the file PATCHBENCH_PINS names), every per-pin fact the
 tools read: the pins and the main one, runtime recipes, relaxed floors, GPU facts, CI choices,
-upstream-test explanations, the pin a series was ported from. Its keys are described in the
+the pin a series was ported from. Its keys are described in the
 file itself. Standard library only (the GPU machine's helpers import `verify.versions`)."""
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ KEYS = {
     "relaxed": dict,
     "ci_equivalence": bool,
     "ci_equivalence_why": str,
-    "upstream_tests": dict,
-    "forward_tests": list,
 }
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -65,14 +63,9 @@ def _load(path: Path) -> dict[str, Any]:
                                   f"(known: {', '.join(KEYS)})")  # fmt: skip
             if not isinstance(value, KEYS[key]):
                 raise ConfigError(f"{path}: pin {version}: {key} must be a {KEYS[key].__name__}")
-    unknown = sorted(set(data) - {"main", "pins", "forward"})
+    unknown = sorted(set(data) - {"main", "pins"})
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}")
-    for version, entry in pins.items():
-        missing = [n for n in entry.get("forward_tests", []) if n not in data.get("forward", {})]
-        if missing:
-            raise ConfigError(f"{path}: pin {version} names forward test(s) {', '.join(missing)} "
-                              "that have no [forward.\"<name>\"] table")  # fmt: skip
     if data.get("main") not in pins:
         raise ConfigError(f"{path}: main = {data.get('main')!r} is not one of its pins")
     return data
@@ -100,13 +93,6 @@ def entry(version: str) -> dict[str, Any]:
 def with_key(key: str) -> dict[str, Any]:
     """{pin: its `key`} of the pins that set `key`, oldest first."""
     return {v: entry(v)[key] for v in pinned() if key in entry(v)}
-
-
-def forward_specs() -> dict[str, list[dict[str, Any]]]:
-    """{pin: its forward-test specs (the [forward."<name>"] tables it names)}."""
-    specs = data().get("forward", {})
-    return {pin: [specs[name] for name in names]
-            for pin, names in with_key("forward_tests").items()}  # fmt: skip
 
 
 def ci_equivalence_pins() -> list[str]:
