@@ -18,7 +18,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from verify import evidence, paths  # noqa: E402
+from verify import evidence, paths, pins  # noqa: E402
 from verify.progress import Steps  # noqa: E402
 from verify.runtime import PIP_RESUME_RETRIES, with_retries  # noqa: E402
 from verify.verdicts import Verdict  # noqa: E402
@@ -188,10 +188,8 @@ def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()
 
 
 #: Requirement floors of a pin that the package index here cannot satisfy, and why each is
-#: irrelevant to equivalence testing. Printed whenever applied.
-RELAXED = {
-    "0.33.0": {"certifi": "CA bundle floor 2026.10.19; the index serves up to 2026.10.18"},
-}
+#: irrelevant to equivalence testing (pins.toml's `relaxed`). Printed whenever applied.
+RELAXED = pins.with_key("relaxed")
 
 
 def _relaxed_requirements(session: nox.Session, version: str) -> Path:
@@ -244,6 +242,15 @@ def status(session: nox.Session) -> None:
     _tool(session, "status", *session.posargs)
 
 
+@nox.session(venv_backend="none")  # untagged: it needs arguments, so CI's matrix leaves it out
+def port(session: nox.Session) -> None:
+    """[~1-5 min, seconds warm] `-- <from-pin> <to-version>`: carry a pin's series to another
+    release (`-- --continue` / `-- --abort` after a conflict); see verify/port.py."""
+    if not session.posargs:
+        session.error("usage: nox -s port -- <from-pin> <to-version> (or -- --continue/--abort)")
+    _tool(session, "port", *session.posargs)
+
+
 @nox.session(tags=FAST)
 def tests(session: nox.Session) -> None:
     """[~3 min] the project's own test suite (temporary folders; no vLLM runtime needed)."""
@@ -263,7 +270,7 @@ def lint(session: nox.Session) -> None:
 
 
 # --- CPU tier ---
-# Sessions exist for every pin that has a CPU runtime recipe (verify/runtime.py:RECIPES). They
+# Sessions exist for every pin that has a CPU runtime recipe (pins.toml's `cpu_runtime`). They
 # run in the current environment: the steps build their own cached runtime venv. Arguments after
 # `--` go to `python -m verify.e2e` (e.g. `nox -s e2e-0.22.0 -- --quick --tree DIR --model M`).
 def _cpu_pins() -> list[str]:
@@ -362,8 +369,8 @@ def _e2e_step(session: nox.Session, step: str, version: str, quick: list[str]) -
 
 
 # --- GPU tier (a CUDA machine; without network: the offline bundle, ../shared/gpu/README.md) ---
-#: Pins the GPU tier has been run for (results/gpu/<v>/).
-GPU_PINS = ("0.18.1", "0.22.0")
+#: Pins the GPU tier has been run for (results/gpu/<v>/; pins.toml's `gpu_tier`).
+GPU_PINS = tuple(pins.with_key("gpu_tier"))
 
 
 @_per_version("gpu", "gpu, heavy, 10-60 min per workload (CUDA machine): the pin's CUDA runtime "

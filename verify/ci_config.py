@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from verify import pins
 from verify.errors import PatchbenchError
 
 WORKFLOW = Path(".github/workflows/patchbench.yml")
@@ -34,9 +35,9 @@ PYTHON = "3.11"
 CPU_RUNNER = "ubuntu-latest"
 GPU_LABELS = ["self-hosted", "linux", "x64", "gpu", "h100"]
 BUILDKITE_GPU = "h100"
-#: GPU steps per pin where not every `scripts/gpu_verify.py` step runs that pin's patches: the
-#: 0.18.1 series is the pooling backport, measured by the `micro` step (002 pooling) only.
-GPU_STEPS_OF_PIN = {"0.18.1": ("micro",)}
+#: GPU steps per pin where not every `scripts/gpu_verify.py` step runs that pin's patches
+#: (pins.toml's `gpu_steps`).
+GPU_STEPS_OF_PIN = {pin: tuple(steps) for pin, steps in pins.with_key("gpu_steps").items()}
 #: Per-pin sessions the matrix leaves out: export writes patches/ (a developer's step), wheel
 #: builds an artifact for a release (not a check), apply runs inside every other session, report
 #: runs in `gather` on the merged records, and
@@ -186,6 +187,7 @@ def workflow(sessions: list[dict], steps: list[str]) -> dict:
             ],
         },
     }
+    jobs["watch"] = watch_job()
     return {
         "name": "patchbench",
         "on": {
@@ -209,6 +211,78 @@ def workflow(sessions: list[dict], steps: list[str]) -> dict:
         },
         "jobs": jobs,
     }
+
+
+WATCH_SCRIPT = """\
+pin=$(python -m verify.pins newest)
+newest=$(python -m verify status --newest)
+echo "newest pin $pin, newest release $newest"
+if [ "$(printf '%s\\n%s\\n' "$pin" "$newest" | sort -V | tail -n 1)" != "$pin" ]; then
+  echo "pin=$pin" >> "$GITHUB_OUTPUT"
+  echo "release=$newest" >> "$GITHUB_OUTPUT"
+fi
+"""
+PORT_SCRIPT = """\
+set +e
+python -m verify port "$PIN" "$RELEASE" 2>&1 | tee "$RUNNER_TEMP/port.log"
+echo "status=${PIPESTATUS[0]}" >> "$GITHUB_OUTPUT"
+python -m verify status --drift --json "$RUNNER_TEMP/status.json" 2>&1 \\
+  | tee "$RUNNER_TEMP/drift.log"
+exit 0
+"""
+DRAFT_PR_SCRIPT = """\
+branch="patchbench/port-$PIN-to-$RELEASE"
+git config user.name "patchbench watch"
+git config user.email "patchbench-watch@users.noreply.github.com"
+git checkout -b "$branch"
+git add "patches/$RELEASE" "reports/$RELEASE"
+git commit -m "Port patches/$PIN/ to vLLM $RELEASE (python -m verify port $PIN $RELEASE)"
+git push origin "$branch"
+gh pr create --draft --head "$branch" --title "Port the series to vLLM $RELEASE" \\
+  --body-file "reports/$RELEASE/port/from-$PIN.md"
+"""
+
+
+def watch_job() -> dict:
+    """The scheduled job: when the index has a release newer than the newest pin, `port` the
+    newest pin's series to it, run `status --drift`, upload the port report and logs, and open
+    a draft pull request with the new series where the repository allows it."""
+    found = "${{ steps.newest.outputs.release }}"
+    wanted = "steps.newest.outputs.release != ''"
+    env = {"PIN": "${{ steps.newest.outputs.pin }}", "RELEASE": found,
+           "PATCHBENCH_BUILD_DIR": "${{ runner.temp }}/patchbench/build"}  # fmt: skip
+    return {
+        "if": "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'",
+        "runs-on": CPU_RUNNER,
+        "timeout-minutes": 120,
+        "permissions": {"contents": "write", "pull-requests": "write"},
+        "steps": [
+            {"uses": "actions/checkout@v4"},
+            {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
+            {"name": "install", "run": "python -m pip install -e '.[dev]'"},
+            {"name": "newest release on the index", "id": "newest", "run": WATCH_SCRIPT},
+            {"name": "port and drift", "id": "port", "if": wanted, "env": env,
+             "run": PORT_SCRIPT},
+            {
+                "name": "upload the port report",
+                "if": wanted,
+                "uses": "actions/upload-artifact@v4",
+                "with": {
+                    "name": f"port-{found}",
+                    "path": "reports/*/port/\n${{ runner.temp }}/*.log\n"
+                    "${{ runner.temp }}/status.json\n",
+                    "if-no-files-found": "ignore",
+                },
+            },
+            {
+                "name": "draft pull request with the new series",
+                "if": f"{wanted} && steps.port.outputs.status == '0'",
+                "continue-on-error": True,
+                "env": {**env, "GH_TOKEN": "${{ github.token }}"},
+                "run": DRAFT_PR_SCRIPT,
+            },
+        ],
+    }  # fmt: skip
 
 
 def pipeline(sessions: list[dict], steps: list[str]) -> dict:

@@ -85,12 +85,32 @@ def _prune_backups(args: argparse.Namespace) -> int:
     return 0
 
 
+def _newest() -> int:
+    """`status --newest`: the newest release on the index (one query), on stdout."""
+    from verify import upstream_code
+    from verify.versions import version_key
+
+    newest = upstream_code.releases()[-1]
+    pin = max(PINNED, key=version_key)
+    newer = version_key(newest) > version_key(pin)
+    print(newest)
+    say(f"newest vLLM release on the index: {newest}; newest pin: {pin}"
+        f"{' (a newer release: port the series to it)' if newer else ''}")  # fmt: skip
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
+    if args.newest:
+        return _newest()
     pins = tuple(args.pins or PINNED)
     for pin in pins:
         require_pinned(pin)
     listing = claims.release_list()
     rows = status_mod.compute(pins, release_list=listing)
+    if args.drift:
+        if not listing:
+            raise PatchbenchError("--drift needs vLLM's release list (the index, or its cache)")
+        rows.drift = status_mod.drift_of(rows, listing)
     print(status_mod.render(rows, pins))
     out = Path(args.json) if args.json else paths.results_root() / "status.json"
     written = status_mod.write_json(rows, out)
@@ -101,6 +121,52 @@ def _status(args: argparse.Namespace) -> int:
     for line in findings:
         print(f"status: {line}", file=sys.stderr)
     return 1 if findings else 0
+
+
+def _port_target(args: argparse.Namespace) -> str:
+    """The version a `port` command works on: its second argument, or with --continue /
+    --abort the one given or the only port in progress."""
+    from verify import port
+
+    if not (args.resume or args.abort):
+        if len(args.versions) != 2:
+            raise PatchbenchError("usage: port <from-pin> <to-version> (or --continue / --abort)")
+        return args.versions[1]
+    if args.versions:
+        return args.versions[-1]
+    found = port.in_progress(paths.build_root())
+    if len(found) != 1:
+        raise PatchbenchError(
+            "no port is in progress" if not found else
+            f"ports in progress into {', '.join(found)}: name one (`port --continue VERSION`)"
+        )  # fmt: skip
+    return found[0]
+
+
+def _port(args: argparse.Namespace) -> int:
+    from verify import port, upstream_code
+
+    target = BuildTree(_port_target(args))
+    if args.abort:
+        port.abort(target)
+        return 0
+    try:
+        if args.resume:
+            state = port.load(target)
+            source = BuildTree(state.source if state else target.version)
+            return port.resume(source, target, upstream_code.releases)
+        source = BuildTree(require_pinned(args.versions[0]))
+        state = port.start(source, target, replace=args.replace)
+        return port.run(source, target, state, upstream_code.releases)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _range_diff(args: argparse.Namespace) -> int:
+    from verify import range_diff
+
+    print(range_diff.range_diff(args.patch, args.pins, args.rev))
+    return 0
 
 
 def _wheel(args: argparse.Namespace) -> int:
@@ -150,6 +216,39 @@ def _bad_input_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_follow_commands(sub) -> None:
+    """`port` and `range-diff`: following upstream."""
+    p = sub.add_parser("port", help="carry a pin's series to another release (see verify/port.py)")
+    p.add_argument(
+        "versions",
+        nargs="*",
+        metavar="VERSION",
+        help="<from-pin> <to-version>; with --continue / --abort: [to-version]",
+    )
+    p.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="take the resolution of the stopped patch and carry on",
+    )
+    p.add_argument(
+        "--abort",
+        action="store_true",
+        help="restore the build tree and patches/<to>/ as they were before the port",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="port over an existing patches/<to>/ (--abort puts it back)",
+    )
+    p.set_defaults(func=_port)  # fmt: skip
+    p = sub.add_parser("range-diff", help="git range-diff of a patch's versions or its ports")
+    p.add_argument("patch", help="<pin>/<NNNN>, e.g. 0.22.0/0011")
+    p.add_argument("--pins", nargs=2, metavar=("A", "B"), help="its ports on pins A and B")
+    p.add_argument("--rev", help="its version committed at REV against the current file")
+    p.set_defaults(func=_range_diff)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -185,7 +284,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="every patch x every pinned version")
     p.add_argument("pins", nargs="*", help=f"pins to check (default: {' '.join(PINNED)})")
     p.add_argument("--json", help="where to write the JSON (default: <results>/status.json)")
-    p.set_defaults(func=_status)
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="also: per patch, the later releases that changed the code it touches, "
+        "the newest it applies to, whether upstream absorbed it (cached sdists)",
+    )
+    p.add_argument(
+        "--newest",
+        action="store_true",
+        help="print the newest vLLM release on the index (one query) and stop",
+    )
+    p.set_defaults(func=_status)  # fmt: skip
+    _add_follow_commands(sub)
     p = sub.add_parser("wheel", help="official wheel + the series' Python files, local version")
     p.add_argument("version")
     p.add_argument("--flavor", choices=("cpu", "cuda"), default="cpu")
@@ -213,9 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_environment() -> None:
     """Named errors for unusable PATCHBENCH_* variables, before any command starts."""
-    from verify import sdist
+    from verify import sdist, versions
 
     paths.check_environment()
+    versions.require_pin_data()
     sdist.index_url()
     locks.lock_timeout()
 
@@ -225,6 +337,8 @@ LOCKED = ("apply", "check", "export", "wheel", "report", "prune-backups")
 
 def _pin_lock(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
     """The lock of the pin a command changes (its build tree, patches or records)."""
+    if args.command == "port":
+        return locks.pin_lock(_port_target(args))
     if args.command in LOCKED:
         return locks.pin_lock(require_pinned(args.version))
     return contextlib.nullcontext()

@@ -294,9 +294,27 @@ def parse_entry(path: Path) -> Entry:
 
 
 def load(root: Path | None = None) -> dict[str, Entry]:
-    """Every entry of the registry, by id."""
+    """Every entry of the registry, by id; the project's own registry (no `root`) follows ports
+    (`follow_ports`)."""
     directory = root or registry_dir()
-    return {p.stem: parse_entry(p) for p in sorted(directory.glob("*.toml"))}
+    entries = {p.stem: parse_entry(p) for p in sorted(directory.glob("*.toml"))}
+    if root is None:
+        follow_ports(entries)
+    return entries
+
+
+def follow_ports(entries: dict[str, Entry], patches: Path | None = None) -> None:
+    """A pin whose pins.toml table says `ported_from = "<pin>"` takes, in each entry naming a
+    subject on that pin, the same subject where its own series carries it (a port keeps the
+    subject), so adding a ported pin needs no registry edit."""
+    from verify import pins
+
+    for pin, source in pins.with_key("ported_from").items():
+        carried = {p.subject for p in read_series(pin, patches)}
+        for entry in entries.values():
+            subject = entry.pins.get(source)
+            if pin not in entry.pins and subject in carried:
+                entry.pins[pin] = subject
 
 
 def entry_for(patch: Patch, version: str, entries: dict[str, Entry] | None = None) -> Entry | None:

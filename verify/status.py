@@ -31,7 +31,8 @@ from pathlib import Path
 
 import git
 
-from verify import upstream_code
+from verify import dependencies, upstream_code
+from verify import drift as drift_mod
 from verify.buildtree import BASELINE_TAG, BuildTree, _git_env
 from verify.errors import PatchbenchError
 from verify.progress import say
@@ -104,6 +105,9 @@ class Status:
     advisories: list[Advisory]
     pins: tuple[str, ...]
     hashes: dict[str, str]
+    dependencies: dict[str, list] = field(default_factory=dict)  # pin -> [Dependency]
+    drift: list = field(default_factory=list)  # [verify.drift.Drift], with `status --drift`
+    drift_up_to: str = ""
 
     # the older API iterated over rows
     def __iter__(self):
@@ -319,7 +323,22 @@ def compute(
                 )  # fmt: skip
         advisories = _advisories(series, trees, patched) if check_code else []
     hashes = {pin: series_hash(pin, patches_root) for pin in pins}
-    return Status(rows, advisories, tuple(pins), hashes)
+    deps = {pin: dependencies.of_series(pin, build_root, patches_root) for pin in pins}
+    return Status(rows, advisories, tuple(pins), hashes, deps)
+
+
+def drift_of(
+    status: Status,
+    listing: list[str],
+    build_root: Path | None = None,
+    patches_root: Path | None = None,
+    files: ReleaseFiles | None = None,
+) -> list:
+    """`verify.drift` of every series of `status` over `listing` (status.drift_up_to is set)."""
+    series = {pin: read_series(pin, patches_root) for pin in status.pins}
+    trees = {pin: BuildTree(pin, build_root, patches_root) for pin in status.pins}
+    status.drift_up_to = listing[-1] if listing else ""
+    return drift_mod.compute(series, trees, listing, files)
 
 
 def _table(header: list[str], body: list[list[str]], last_flexible: int) -> list[str]:
@@ -373,6 +392,13 @@ def render(status: Status | list[Row], pins: tuple[str, ...] = PINNED) -> str:
             lines.append(f"  {pin}: {v['state']} ({v['detail']})"[:WIDTH])
         if adv.missing:
             lines.append(f"  MISSING on {', '.join(adv.missing)}: carry the fix or record why not")
+    if isinstance(status, Status) and status.drift:
+        lines += ["", *drift_mod.render(status.drift, status.drift_up_to)]
+    deps = status.dependencies if isinstance(status, Status) else {}
+    if any(deps.values()):
+        lines += [""]
+        for line in dependencies.render(deps):
+            lines += textwrap.wrap(line, WIDTH, subsequent_indent="    ")
     lines += ["", "Legend:", *(f"  {line}" for line in LEGEND.splitlines())]
     return "\n".join(lines)
 
@@ -388,6 +414,11 @@ def write_json(status: Status | list[Row], path: Path) -> bool:
         "series_hash": status.hashes if isinstance(status, Status) else {},
         "rows": data,
         "advisories": [asdict(a) for a in status.advisories] if isinstance(status, Status) else [],
+        "drift": [asdict(d) for d in status.drift] if isinstance(status, Status) else [],
+        "dependencies": {
+            pin: {d.patch: d.text() for d in deps}
+            for pin, deps in (status.dependencies if isinstance(status, Status) else {}).items()
+        },
     }
     if _content(path) == json.loads(json.dumps(dict(payload, generated=None))):
         return False

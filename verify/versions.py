@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+from verify import pins
 from verify.errors import PatchbenchError
 
-#: Pinned releases, oldest first. Add a version here (and a `patches/<version>/series`) to pin it.
-PINNED: tuple[str, ...] = ("0.16.0", "0.18.1", "0.22.0", "0.33.0")
+try:
+    #: Pinned releases, oldest first: the [pins] tables of patches/pins.toml (`verify.pins`).
+    PINNED: tuple[str, ...] = pins.pinned()
+    #: The seed series' main pin (pins.toml's `main`).
+    MAIN: str = pins.main_pin()
+    #: Pins whose GPU steps cannot run on the GPU machine the tier uses, and why: the `not run` reason a
+    #: report gives for a GPU step without a record on that pin (pins.toml's `gpu_not_runnable`).
+    GPU_NOT_RUNNABLE: dict[str, str] = pins.with_key("gpu_not_runnable")
+    _UNREADABLE: PatchbenchError | None = None
+except PatchbenchError as exc:  # no checkout, or bad pin data: every command that needs it says
+    PINNED, MAIN, GPU_NOT_RUNNABLE, _UNREADABLE = (), "", {}, exc
 
-#: The seed series' main pin.
-MAIN: str = "0.22.0"
 
-#: Pins whose GPU steps cannot run on the GPU machine the tier uses, and why: the `not run` reason a
-#: report gives for a GPU step without a record on that pin.
-GPU_NOT_RUNNABLE: dict[str, str] = {
-    "0.33.0": (
-        "vLLM 0.33.0 requires torch==2.14.0; the lent GPU machine has torch 2.11.0 and a run takes "
-        "at most 64 MiB along (`make-bundle.py 0.33.0` packs 175.8 MiB without torch); a kernel "
-        "bench that loads only the patch's file needs no vLLM and could run, none has"
-    ),
-}
+def require_pin_data() -> None:
+    """The error that kept the pin data from being read, if any (raised before any command)."""
+    if _UNREADABLE is not None:
+        raise _UNREADABLE
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -31,9 +34,10 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def require_pinned(version: str) -> str:
     """Return `version` if it is pinned, else raise an error listing the pins."""
+    require_pin_data()
     if version not in PINNED:
         raise PatchbenchError(
             f"vLLM {version} is not a pinned version; pinned: {', '.join(PINNED)} "
-            "(add it to verify/versions.py:PINNED to pin it)"
+            f'(add a [pins."{version}"] table to {pins.pins_file()} to pin it)'
         )
     return version

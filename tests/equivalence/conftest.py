@@ -1,7 +1,10 @@
 """Fixtures for pristine-vs-patched equivalence tests.
 
 Run with `--pin VERSION`; a test module declares the pins it covers with
-``pytestmark = pytest.mark.pins("0.22.0", ...)`` and is skipped for other pins.
+``pytestmark = pytest.mark.pins("0.22.0", ...)`` and is skipped for other pins. A pin ported
+from one of those (pins.toml's `ported_from`) is covered too where it carries a patch whose
+registry entry names the module as a harness of its steps on that pin: a ported pin gets its
+equivalence tests from data, without editing the modules.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 
 import pytest
 
+from verify import pins
 from verify.equivalence.roots import ImportRoot, roots
 from verify.versions import MAIN
 
@@ -28,8 +32,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("pins")
         if marker is None:
             item.add_marker(pytest.mark.skip(reason="equivalence test without a pins(...) marker"))
-        elif pin not in marker.args:
+        elif pin not in marker.args and not _covered_by_port(item, pin, marker.args):
             item.add_marker(pytest.mark.skip(reason=f"covers {marker.args}, not vLLM {pin}"))
+
+
+def _covered_by_port(item: pytest.Item, pin: str, covered: tuple[str, ...]) -> bool:
+    """Whether `pin` was ported from a pin the module covers and carries a patch whose registry
+    steps on `pin` name the module."""
+    if pins.entry(pin).get("ported_from") not in covered:
+        return False
+    from verify import registry
+
+    module = item.path.relative_to(item.config.rootpath).as_posix()
+    return any(
+        pin in entry.pins and any(module in step.harness for step in entry.steps_on(pin))
+        for entry in registry.load().values()
+    )
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ by the device tensor being absent.
 
 from __future__ import annotations
 
+import inspect
 import random
 from dataclasses import dataclass
 
@@ -120,6 +121,8 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
 
                 platforms._current_platform = CpuPlatform()
             tu = importlib.import_module("vllm.utils.torch_utils")
+            if hasattr(tu, "PIN_MEMORY"):  # 0.26.0 on: no accelerator here, so never pin
+                tu.PIN_MEMORY = False
             original = tu.direct_register_custom_op
             if not getattr(original, "_patchbench_once", False):
                 signature = inspect.signature(original)
@@ -163,17 +166,23 @@ def _pooling_metadata(root, reqs: list[Req], removed: frozenset[int] = frozenset
         from vllm.pooling_params import PoolingParams
         from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
 
-        batch = InputBatch(
+        kwargs = dict(
             max_num_reqs=len(reqs),
             max_model_len=MAX_MODEL_LEN,
             max_num_batched_tokens=MAX_MODEL_LEN * len(reqs),
             device=torch.device("cpu"),
-            pin_memory=False,
             vocab_size=VOCAB_SIZE,
             block_sizes=[16],
-            kernel_block_sizes=[16],
             is_pooling_model=True,
         )
+        params = inspect.signature(InputBatch).parameters
+        if "pin_memory" in params:  # up to 0.22.0
+            kwargs["pin_memory"] = False
+        if "kernel_block_sizes" in params:  # up to 0.22.0
+            kwargs["kernel_block_sizes"] = [16]
+        if "max_num_blocks_per_req" in params:  # 0.26.0 on: required
+            kwargs["max_num_blocks_per_req"] = [MAX_MODEL_LEN // 16]
+        batch = InputBatch(**kwargs)
         for i, req in enumerate(reqs):
             params = PoolingParams(task="embed")
             params.requires_token_ids = req.needs_ids

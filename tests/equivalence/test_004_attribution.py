@@ -333,10 +333,10 @@ def _fake_async_output(pin, event, n=3):
         vocab_size=100,
         _model_runner_output=SimpleNamespace(sampled_token_ids=None, logprobs=None),
     )
-    if pin == "0.22.0":
-        base.update(_routed_experts_cpu=None, _routed_experts=None)
-    else:
-        base.update(_num_nans_cpu=None, _num_nans=None, _has_fault=None)
+    # The optional outputs each release reads (0.22.0/0.26.0: routed experts; 0.26.0/0.33.0:
+    # NaN counts and faults), all absent.
+    base.update(_routed_experts_cpu=None, _routed_experts=None)
+    base.update(_num_nans_cpu=None, _num_nans=None, _has_fault=None)
     return SimpleNamespace(**base)
 
 
