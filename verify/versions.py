@@ -10,7 +10,7 @@ try:
     PINNED: tuple[str, ...] = pins.pinned()
     #: The seed series' main pin (pins.toml's `main`).
     MAIN: str = pins.main_pin()
-    #: Pins whose GPU steps cannot run on the GPU machine the tier uses, and why: the `not run` reason a
+    #: Pins whose GPU steps cannot run on the GPU tier's machine, and why: the `not run` reason a
     #: report gives for a GPU step without a record on that pin (pins.toml's `gpu_not_runnable`).
     GPU_NOT_RUNNABLE: dict[str, str] = pins.with_key("gpu_not_runnable")
     _UNREADABLE: PatchbenchError | None = None
