@@ -308,17 +308,56 @@ def _claims(ev: PatchEvidence, choice: RunnerChoice) -> list[str]:
     return [*lines, f"- **Runner:** {runner_line(ev, choice)}"]
 
 
+def failing(ev: PatchEvidence) -> list[tuple]:
+    """The rows of the patch's current records that fail (never left to the appendix)."""
+    return [row for row in ev.rows if row[1] == "fail"]
+
+
+def shown_rows(ev: PatchEvidence, limit: int) -> list[tuple]:
+    """The rows the body's table shows: every failing row, then the others in order up to
+    `limit` rows in all."""
+    bad = failing(ev)
+    rest = [row for row in ev.rows if row not in bad]
+    return bad + rest[: max(limit - len(bad), 0)]
+
+
 def _result_table(ev: PatchEvidence, limit: int) -> list[str]:
     out = ["| check | on | result | detail |", "|---|---|---|---|"]
-    for step, state, detail, _ in ev.rows[:limit]:
+    rows = shown_rows(ev, limit)
+    for step, state, detail, _ in rows:
         text = plain(detail, ev.version)
         text = text if len(text) <= 100 else text[:97] + "..."
         device = "GPU" if step.device == "cuda" else "CPU"
         title = plain(step.title, ev.version).split(":")[0]
         out.append(f"| {title} | {device} | {plain(state, ev.version)} | {text or '-'} |")
-    if len(ev.rows) > limit:
-        out.append(f"| ({len(ev.rows) - limit} more checks in the appendix) | | | |")
-    return out
+    if len(ev.rows) > len(rows) and not cost_table(ev):
+        out.append(f"| ({len(ev.rows) - len(rows)} more checks in the appendix) | | | |")
+    return out + cost_table(ev)
+
+
+#: Columns of a penalty-cost record's key table the body keeps (index, heading).
+COST_COLUMNS = ((0, "B"), (1, "L"), (2, "sampling"), (3, "penalty cost v{pin}"),
+                (5, "this PR"), (6, "v{pin} on MRV2"), (9, "GPU, model: run(s)"))  # fmt: skip
+
+
+def cost_table(ev: PatchEvidence) -> list[str]:
+    """The penalty cost (1 - penalized/plain tok/s of one engine, 95% CI) per build at
+    production shapes (the rows of a record's key table whose model is not the small random
+    one), v<pin>'s and this PR's side by side; [] without such a record."""
+    for _step, _state, _, records in ev.rows:
+        for record in records:
+            key = record.get("key_table") or ""
+            rows = [r for r in key.splitlines() if r.startswith("| ") and r[2:3].isdigit()]
+            rows = [r for r in rows if "random" not in r.rsplit("|", 2)[-2]]
+            if not rows:
+                continue
+            heads = [h.format(pin=ev.version) for _, h in COST_COLUMNS]
+            out = ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+            for row in rows:
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                out.append("| " + " | ".join(cells[i] for i, _ in COST_COLUMNS) + " |")
+            return out
+    return []
 
 
 def _plan(ev: PatchEvidence, upstream: list[str], ours: list[str]) -> list[str]:
@@ -402,16 +441,16 @@ def _fill(
     choice: RunnerChoice,
 ) -> str:
     """The template filled with these parts (the purpose's prose goes last: tables first)."""
-    base = f"Base: v{ev.version} with this PR's preceding patches applied."
-    more = f"Every recorded number: `{appendix}` (vllm-patchbench `reports/{ev.version}/`)."
+    base = f"Base: v{ev.version} with this PR's preceding patches applied. Every recorded number"
+    base += f" (and every check): `{appendix}` (vllm-patchbench `reports/{ev.version}/`)."
     rel = ["", *related] if related else []
     parts = {
-        "purpose": [statement(ev), "", *_claims(ev, choice), "", *why, *rel],
+        "purpose": [statement(ev), "", *_claims(ev, choice), *([""] + why if why else []), *rel],
         "overview": [statement(ev)],
         "claims": _claims(ev, choice),
         "plan": plan,
-        "validation": [*table, "", base, more, "", *plan],
-        "result": [*table, "", base, more],
+        "validation": [*table, "", base, "", *plan],
+        "result": [*table, "", base],
         "details": [*why, *rel] if why else related,
     }
     return "\n".join(_sections(ev, tmpl, parts)).rstrip() + "\n"
