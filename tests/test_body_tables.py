@@ -1,0 +1,38 @@
+"""verify.body: failing checks always in the body's table; the penalty-cost table."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from verify import body
+
+KEY = """Penalty cost: ...
+
+| B | L | sampling | pristine cost | series cost | patched cost | pristine on MRV2 cost | a | b | GPU, model: run(s) |
+|---|---|---|---|---|---|---|---|---|---|
+| 32 | 2048 | no top-k/top-p, seeded | 38.1% | 14.2% | 1.6% | - | - | - | H200, qwen3-0.6b-random: d1 |
+| 128 | 512 | top-k/top-p, seeded | 15.2% | - | 0.1% | 1.0% | - | - | H200, qwen3-8b, 1.00 nats: d2 |
+"""  # noqa: E501
+
+
+def _ev(states: list[str], key: str = "") -> SimpleNamespace:
+    rows = [(f"step{i}", state, f"detail {i}", [{"key_table": key}]) for i, state in
+            enumerate(states)]  # fmt: skip
+    return SimpleNamespace(rows=rows, version="0.22.0")
+
+
+def test_failing_rows_come_first_and_are_never_cut():
+    ev = _ev(["pass", "pass", "fail", "no difference resolved", "fail"])
+    shown = body.shown_rows(ev, 3)
+    assert [r[0] for r in shown] == ["step2", "step4", "step0"]
+    assert [r[0] for r in body.shown_rows(ev, 1)] == ["step2", "step4"]  # past the limit
+
+
+def test_the_cost_table_keeps_production_shapes_and_plain_words():
+    table = body.cost_table(_ev(["pass"], KEY))
+    assert table[1].startswith("| B | L | sampling | penalty cost v0.22.0 | this PR |")
+    rows = [r for r in table if r.startswith("| 128")]
+    assert rows == ["| 128 | 512 | top-k/top-p, seeded | 15.2% | 0.1% | 1.0% | "
+                    "H200, qwen3-8b, 1.00 nats: d2 |"]  # fmt: skip
+    assert not any("random" in r or "pristine" in r or "series" in r for r in table)
+    assert body.cost_table(_ev(["pass"])) == []
