@@ -330,9 +330,10 @@ def _result_table(ev: PatchEvidence, limit: int) -> list[str]:
         device = "GPU" if step.device == "cuda" else "CPU"
         title = plain(step.title, ev.version).split(":")[0]
         out.append(f"| {title} | {device} | {plain(state, ev.version)} | {text or '-'} |")
-    if len(ev.rows) > len(rows) and not cost_table(ev):
+    costs = cost_table(ev)
+    if len(ev.rows) > len(rows) and not costs:
         out.append(f"| ({len(ev.rows) - len(rows)} more checks in the appendix) | | | |")
-    return out + cost_table(ev)
+    return out + costs
 
 
 #: Columns of a penalty-cost record's key table the body keeps (index, heading).

@@ -817,12 +817,14 @@ def is_contract(data: object) -> bool:
     return bool(isinstance(data, dict) and "machine" in data and rows and "variant" in rows[0])
 
 
-def kernel_file(version: str, variant: str, files: tuple[str, ...] = ()) -> Path | None:
+def kernel_file(
+    version: str, variant: str, files: tuple[str, ...] = ()
+) -> tuple[Path | None, bool]:
     """The strongest kernel file in the raw-data contract that measured `variant` (step folders
     and their raw/ folders of every pin): one that measured the patch as it is now
     (`variant_is_current` over `files`) before one that did not, then the one of more rounds,
     then the newest, so a shorter re-run does not displace a longer run of the same code; else
-    `version`'s legacy KERNEL_FILE."""
+    `version`'s legacy KERNEL_FILE. With it, whether that file measured the patch as it is."""
     contract = []
     for path in [*gpu_root().glob("*/*.json"), *gpu_root().glob("*/raw/*.json")]:
         data = results.read_json(path)
@@ -831,9 +833,10 @@ def kernel_file(version: str, variant: str, files: tuple[str, ...] = ()) -> Path
             rounds = (data.get("method") or {}).get("rounds") or 0
             contract.append((current, rounds, str(data.get("date", "")), path))
     if contract:
-        return max(contract)[-1]
+        current, *_, path = max(contract)
+        return path, current
     legacy = gpu_root() / version / KERNEL_FILE
-    return legacy if legacy.exists() else None
+    return (legacy if legacy.exists() else None), False
 
 
 def patch_number(version: str, subject: str) -> str:
@@ -946,7 +949,7 @@ def kernels(version: str) -> list[dict]:
             number = patch_number(version, entry.pins[version])
             variant = step.variant.format(pin=version, number=number)
             patch = next(p for p in read_series(version) if p.name.startswith(number))
-            path = kernel_file(version, variant, tuple(patch.files))
+            path, current = kernel_file(version, variant, tuple(patch.files))
             if path is None:
                 continue
             data = results.read_json(path)
@@ -978,9 +981,6 @@ def kernels(version: str) -> list[dict]:
                 )
                 if headline:
                     record["headline"] = headline
-                current = is_contract(data) and variant_is_current(
-                    data, variant, version, patch.files
-                )
                 results.restamp(record, results.series_hash(version) if current else "unknown")
                 out.append(record)
     return out
