@@ -60,6 +60,12 @@
 #   PB_RUNNER=V1              or MRV2 (VLLM_USE_V2_MODEL_RUNNER=1; the release's default for Qwen3)
 #   PB_KEEP_TOKENS=0          1: every distinct batch output kept whole (verify.ab.engines
 #                             keep_tokens), packed as $OUT/gpu/<TAG>-tokens.tgz
+#   PB_PENALTY_CHECK=0        1: 0011's device penalty state checked against a shadow at every
+#                             step (verify/ab/penalty_check: logits bit for bit, counts, lists),
+#                             findings of the patched engine in $OUT/gpu/<TAG>-findings.json
+#                             (commit as results/gpu/<v>/raw/<TAG>-findings.json); its tok/s
+#                             are no penalty cost (name the run penalty-state-check*, not
+#                             penalties-ab*: the cost importer would pool it)
 # Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
 # /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -104,6 +110,9 @@ if [ -n "${PB_MODEL_SHAPE:-}" ]; then
   python3 -m verify.gpu.shapes "$PB_MODEL_SHAPE" "$model" || exit 5
 fi
 [ -n "${PB_ENTROPY:-}" ] && entropy=(--target-entropy "$PB_ENTROPY") && knobs+=" PB_ENTROPY=$PB_ENTROPY"
+if [ "${PB_PENALTY_CHECK:-0}" = 1 ]; then
+  knobs+=" PB_PENALTY_CHECK=1" && export PATCHBENCH_PENALTY_CHECK=$OUT/gpu/$tag-penalty-check
+fi
 if [ "${PB_KEEP_TOKENS:-0}" = 1 ]; then
   knobs+=" PB_KEEP_TOKENS=1" && export PB_KEEP_TOKENS=$work/tokens
 else
@@ -143,5 +152,13 @@ if [ "$rc" -ne 0 ]; then  # workers left behind if the driver was killed (own pr
 fi
 for log in "$work"/*.log; do tail -n 40 "$log" > "$OUT/gpu/$tag-$(basename "$log")"; done
 [ -d "$work/tokens" ] && tar czf "$OUT/gpu/$tag-tokens.tgz" -C "$work" tokens
+if [ -n "${PATCHBENCH_PENALTY_CHECK:-}" ]; then  # one file per engine that kept a state
+  found=("$PATCHBENCH_PENALTY_CHECK"/penalty-check-*.json)
+  if [ "${#found[@]}" -eq 1 ] && [ -f "${found[0]}" ]; then
+    mv "${found[0]}" "$OUT/gpu/$tag-findings.json" && rmdir "$PATCHBENCH_PENALTY_CHECK"
+  else
+    echo "penalty check: ${#found[@]} findings files in $PATCHBENCH_PENALTY_CHECK (expected 1)"
+  fi
+fi
 echo "gpu_penalties_ab $tag: rc $rc"
 exit $rc

@@ -1459,3 +1459,15 @@ def test_in_turn_runs_each_engine_alone_and_merges_their_rounds(tmp_path):
     assert rc == 0 and record["stages"][0]["status"] == "ran a 2, b 2 rounds in turns"
     assert [t["variant"] for t in record["turns"]] == ["a", "b"]
     assert len(record["rounds"]) == 2 and len(record["rounds"][0]["values"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("took", "estimate"),
+    [([], 0.0), ([167.0], 167.0), ([167.0, 101.0], 101.0), ([167.0, 101.0, 103.0], 103.0)],
+)
+def test_block_estimate_leaves_the_first_blocks_compile_out(took, estimate):
+    """The next block is estimated from the blocks after the first (whose engines compiled):
+    a 167 s first block must not stop a run that has 140 s left for 100 s blocks."""
+    from verify.ab.__main__ import block_estimate
+
+    assert block_estimate(took) == estimate

@@ -71,6 +71,9 @@ PLANT_SITE = Path(__file__).resolve().parent / "plant"
 #: (`vllm serve`): verify/ab/logit_scale.
 LOGIT_SCALE_SITE = Path(__file__).resolve().parent / "logit_scale"
 LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
+#: 0011's device penalty state checked against a shadow at every step: verify/ab/penalty_check.
+PENALTY_CHECK_SITE = Path(__file__).resolve().parent / "penalty_check"
+PENALTY_CHECK_ENV = "PATCHBENCH_PENALTY_CHECK"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
@@ -105,11 +108,13 @@ def is_full_install(site: Path) -> bool:
 
 
 def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
-    """The process environment of one variant: its import roots (and, where a logit scale is
-    asked for, the shim that applies it), its own compile cache, Inductor's deterministic mode,
+    """The process environment of one variant: its import roots (and, where a logit scale or
+    the penalty-state check is asked for, the shims that do them), its own compile cache, Inductor's deterministic mode,
     then the variant's own KEY=VALUE pairs."""
     if {**os.environ, **env}.get(LOGIT_SCALE_ENV):
         paths = [*paths, str(LOGIT_SCALE_SITE)]
+    if {**os.environ, **env}.get(PENALTY_CHECK_ENV):
+        paths = [*paths, str(PENALTY_CHECK_SITE)]
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),
@@ -653,20 +658,28 @@ def run_block(stage: Stage, block: int, ctx: dict, budget_s: float) -> int:
     return len(ran)
 
 
+def block_estimate(took: list[float]) -> float:
+    """Seconds the next engine block may take: the slowest block after the first (the first
+    one's engines also compiled, later ones start from the compile cache), or the first while
+    it is the only one (0 before any)."""
+    return max(took[1:]) if len(took) > 1 else sum(took)
+
+
 def run_stages_restarting(stages, variants, configs, args, ctx: dict) -> None:
     """--restart-every K: per stage, blocks of K counted rounds (after --warmup discarded ones),
     every engine started afresh for each block and stopped after it, until the stage's share
-    of the time no longer fits a block as long as the slowest so far, or --rounds are counted.
+    of the time no longer fits another block (`block_estimate`), or --rounds are counted.
     An engine instance's own offset (seen between identical engines at production shapes) then
     varies from block to block, and the comparisons are over blocks (`ab_rounds.paired`)."""
     ctx["record"]["blocks"] = []
     for stage, end in stage_ends(stages, variants, configs, args, ctx):
-        slowest, block = 0.0, 0
-        while time.monotonic() + slowest < end and counted(stage) < args.rounds:
+        took: list[float] = []
+        while time.monotonic() + block_estimate(took) < end and counted(stage) < args.rounds:
             t0 = time.monotonic()
-            if run_block(stage, block, ctx, end - t0) == 0:
+            if run_block(stage, len(took), ctx, end - t0) == 0:
                 break
-            slowest, block = max(slowest, time.monotonic() - t0), block + 1
+            took.append(time.monotonic() - t0)
+        block = len(took)
         if block < 2:
             stage.status += " (fewer than two blocks: no interval over engine instances)"
 

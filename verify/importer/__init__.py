@@ -17,7 +17,14 @@ from typing import Any
 
 from verify import results
 from verify.errors import PatchbenchError
-from verify.importer import cpu, gpu, gpu_engine_ab, gpu_engine_resolution, gpu_state_length
+from verify.importer import (
+    cpu,
+    gpu,
+    gpu_engine_ab,
+    gpu_engine_resolution,
+    gpu_penalty_check,
+    gpu_state_length,
+)
 from verify.locks import pin_lock
 from verify.versions import PINNED
 
@@ -33,6 +40,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
     engine = [
         *gpu_engine_ab.records(version),
         *gpu_engine_resolution.records(version),
+        *gpu_penalty_check.records(version),
         *gpu_state_length.records(version),
     ]
     for record in [*gpu.records(version), *engine]:

@@ -1,0 +1,95 @@
+"""0011's device penalty state checked on the GPU against an independent shadow
+(scripts/gpu_penalties_ab.sh with PB_PENALTY_CHECK=1, verify/ab/penalty_check) -> the record
+`gpu-penalty-state-check`: results/gpu/<v>/penalty-state-check*.json (the engine run) with
+raw/<stem>-findings.json (the shim's findings file of the patched engine).
+
+fail: a step whose penalized logits differ (int32 views) from upstream's arithmetic on the
+shadow's history, or a state check whose counts, prompt bits or lists differ from it; not run:
+no findings file, or no step compared or no state check in it; pass otherwise. The tokens of the
+run (patched against the series without the state, VLLM_V1_PENALTY_STATE=0, where both ran a
+seeded config) are shown, not judged: no second engine of the series ran. The run's tok/s are no
+penalty cost (the check copies the logits and recomputes the penalties at every step), so this
+record gives none.
+"""
+
+from __future__ import annotations
+
+import json
+
+from verify import paths
+from verify.importer.gpu import _record
+from verify.verdicts import FAIL, NOT_RUN, PASS, Verdict
+
+STEP = "gpu-penalty-state-check"
+FILES = "penalty-state-check*.json"
+
+
+def judge_findings(findings: dict | None) -> Verdict:
+    """The verdict of one shim findings file (None: the run wrote none)."""
+    if findings is None:
+        return Verdict(NOT_RUN, "no findings file beside the run (raw/<stem>-findings.json)")
+    steps, rows = findings.get("steps", 0), findings.get("rows_compared", 0)
+    checks = findings.get("state_checks", 0)
+    logits, state = findings.get("logit_findings", []), findings.get("state_findings", [])
+    if logits or state:
+        first = (logits or state)[0]
+        return Verdict(
+            FAIL,
+            f"{len(logits)} step-row(s) with penalized logits unlike upstream's on the shadow's "
+            f"history, {len(state)} state check(s) unlike the shadow; first: {first}",
+        )
+    if not steps or not checks:
+        return Verdict(NOT_RUN, f"nothing compared ({steps} steps, {checks} state checks)")
+    return Verdict(
+        PASS,
+        f"penalized logits bit for bit upstream's on the shadow's history in {steps} steps "
+        f"({rows} rows); counts, prompt bits and id lists equal the shadow's in {checks} "
+        "state checks",
+    )
+
+
+def tokens_beside(run: dict) -> dict[str, str]:
+    """{config: patched's tokens against the series'} of the run's seeded configs."""
+    seen = {}
+    for config, found in (run.get("tokens") or {}).items():
+        patched, series = set(found.get("patched", [])), set(found.get("series", []))
+        if patched and series:
+            same = patched == series and len(patched) == 1
+            seen[config] = (
+                f"identical ({next(iter(patched))[:8]}), not judged: no second series engine"
+                if same
+                else f"differ (patched {sorted(patched)}, series {sorted(series)}), not judged"
+            )
+    return seen
+
+
+def check_record(version: str, path) -> dict:
+    run = json.loads(path.read_text())
+    findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
+    findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
+    verdict = judge_findings(findings)
+    numbers = {
+        "run": path.name,
+        "findings": findings_path.name if findings is not None else None,
+        "model": run.get("model"),
+        "runner": run.get("runner"),
+        "configs": run.get("configs"),
+        "output_entropy": {
+            name: w.get("output_entropy") or "dummy weights' own logits (not calibrated)"
+            for name, w in (run.get("workers") or {}).items()
+        },
+        "tokens patched vs series (no device state)": tokens_beside(run),
+        "tok_per_s": "not a penalty cost: the check recomputes the penalties at every step",
+    }
+    if findings is not None:
+        numbers.update({k: findings.get(k) for k in ("steps", "rows_compared", "state_checks")})
+    return _record(run, STEP, "003", verdict, numbers)
+
+
+def records(version: str) -> list[dict]:
+    """The record of the newest check run of `version` (none without one)."""
+    runs = sorted((paths.results_root() / "gpu" / version).glob(FILES))
+    if not runs:
+        return []
+    newest = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
+    return [check_record(version, newest)]
