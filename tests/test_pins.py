@@ -104,3 +104,35 @@ def test_bad_pin_data_is_a_named_error(tmp_path, monkeypatch, bad_input, what, t
     with pytest.raises(ConfigError, match=message) as info:
         pins.pinned()
     bad_input(f"patches/pins.toml with {what}", str(info.value))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[explained]]\npins = ['0.22.0']\ntest = 't'\n", "lacks patch, why"),
+        ("[[skipped]]\npins = []\n", "unknown table"),
+        ("[[not_run]\n", "not valid TOML"),
+    ],
+)
+def test_upstream_test_data_errors_are_named(tmp_path, monkeypatch, text, message):
+    """patches/upstream-tests.toml beside the pin data: a broken entry is a named error."""
+    from verify import pins
+
+    (tmp_path / "pins.toml").write_text('main = "0.22.0"\n[pins."0.22.0"]\n')
+    (tmp_path / "upstream-tests.toml").write_text(text)
+    monkeypatch.setenv(pins.PINS_ENV, str(tmp_path / "pins.toml"))
+    with pytest.raises(pins.ConfigError, match=message):
+        pins.upstream_tests("explained", "0.22.0")
+
+
+def test_upstream_test_entries_hold_for_the_pins_they_name(tmp_path, monkeypatch):
+    from verify import pins
+
+    (tmp_path / "pins.toml").write_text('main = "0.22.0"\n[pins."0.22.0"]\n')
+    (tmp_path / "upstream-tests.toml").write_text(
+        "[[not_run]]\npins = ['0.22.0', '0.26.0']\ntest = 'a'\nwhy = 'slow'\n"
+        "[[not_run]]\npins = ['0.16.0']\ntest = 'b'\nwhy = 'slow'\n"
+    )
+    monkeypatch.setenv(pins.PINS_ENV, str(tmp_path / "pins.toml"))
+    assert [e["test"] for e in pins.upstream_tests("not_run", "0.26.0")] == ["a"]
+    assert pins.upstream_tests("explained", "0.26.0") == []

@@ -1,9 +1,10 @@
 """Forward tests: the tests of the release that merged a change, run against the older pin that
 carries the change as a backport.
 
-`python -m verify.forward_tests 0.16.0` runs every `SPECS` entry of the pin: release X's test
-file (read from X's sdist, cached) with the smallest adapter that lets it run here (exact text
-replacements, each of which must match, recorded in the result), placed into the pin's own
+`python -m verify.forward_tests 0.16.0` runs every [[forward]] entry of the pin in
+patches/upstream-tests.toml: release X's test file (read from X's sdist, cached) with the
+smallest adapter that lets it run here (exact text replacements, each of which must match,
+recorded in the result), placed into the pin's own
 ``tests/`` tree, under pytest on the pin's patched code and, as a control, on its pristine code.
 Per test: ``pass`` / ``fail`` / ``not applicable`` (it covers another change of X, named) /
 ``not run`` (skipped, with pytest's reason). The step fails if an applicable test fails on the
@@ -26,7 +27,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verify import results
+from verify import pins, results
 from verify.errors import PatchbenchError
 from verify.progress import say
 from verify.series import read_series
@@ -52,72 +53,21 @@ class ForwardSpec:
     not_applicable: dict[str, str] = field(default_factory=dict)  # test-name prefix -> change
 
 
-_CPU_DEVICE = (
-    "DEVICE = current_platform.device_type",
-    'DEVICE = "cpu"  # forward-test adapter: no accelerator platform here',
-)
-
-
-def _bounds_spec() -> ForwardSpec:
-    """0.24.0's own regression test of GHSA-8wr5-jm2h-8r4f, for every pin carrying the guard."""
-    return ForwardSpec(
-        seed="001",
-        subject="[Bugfix] Keep recovered token ids inside the vocabulary",
-        release="0.24.0",
-        test_file="tests/v1/sample/test_rejection_sampler.py",
-        select="test_sample_recovered_tokens_vocab_boundary",
-        adapter=(
-            (
-                "DEVICE_TYPE = current_platform.device_type",
-                'DEVICE_TYPE = "cpu"  # forward-test adapter: no accelerator platform here',
-            ),
-        ),
-        adapter_why="the source tree has no CPU or CUDA platform build, so "
-        "current_platform.device_type is empty; the test's tensors go to the CPU",
-    )
-
-
-SPECS: dict[str, list[ForwardSpec]] = {
-    "0.16.0": [
+def specs(version: str) -> list[ForwardSpec]:
+    """The pin's forward specs (patches/upstream-tests.toml's [[forward]])."""
+    return [
         ForwardSpec(
-            seed="001",
-            subject="[Kernel] Tile the vocabulary in sample_recovered_tokens_kernel",
-            release="0.17.0",
-            test_file="tests/v1/sample/test_rejection_sampler.py",
-            select="test_sample_recovered_tokens",
-            adapter=(_CPU_DEVICE,),
-            adapter_why="the source tree has no CPU or CUDA platform build, so "
-            "current_platform.device_type is empty; the test's tensors go to the CPU",
-        ),
-        _bounds_spec(),
-    ],
-    "0.18.1": [
-        ForwardSpec(
-            seed="002",
-            subject="[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
-            release="0.19.0",
-            test_file="tests/v1/worker/test_gpu_input_batch.py",
-            select="pooling",
-            adapter=(
-                (
-                    'CUDA_DEVICES = [\n    f"{current_platform.device_type}:{i}"\n'
-                    "    for i in range(min(current_platform.device_count(), 2))\n]",
-                    'CUDA_DEVICES = ["cpu"]  # forward-test adapter: no accelerator here',
-                ),
-            ),
-            adapter_why="without an accelerator platform CUDA_DEVICES is empty and every "
-            "device-parametrized test is skipped; they run on the CPU instead",
-            not_applicable={
-                "test_pooling_prompt_lens_not_aliased": "0.19.0's separate "
-                "num_prompt_tokens_cpu_tensor change (PoolingMetadata.prompt_lens is a copy, "
-                "no longer a view of the batch's pinned num_prompt_tokens buffer); the "
-                "backport of PR #38139 does not carry it and 0.18.1 still aliases the buffer",
-            },
-        ),
-        _bounds_spec(),
-    ],
-    "0.22.0": [_bounds_spec()],
-}
+            seed=e["seed"],
+            subject=e["subject"],
+            release=e["release"],
+            test_file=e["test_file"],
+            select=e["select"],
+            adapter=tuple((old, new) for old, new in e["adapter"]),
+            adapter_why=e["adapter_why"],
+            not_applicable=dict(e.get("not_applicable", {})),
+        )  # fmt: skip
+        for e in pins.upstream_tests("forward", version)
+    ]
 
 
 def adapt(text: str, spec: ForwardSpec) -> str:
@@ -127,7 +77,7 @@ def adapt(text: str, spec: ForwardSpec) -> str:
         if count != 1:
             raise PatchbenchError(
                 f"forward-test adapter for {spec.release}:{spec.test_file} expects {old!r} "
-                f"once, found it {count} time(s); update verify/forward_tests.py:SPECS"
+                f"once, found it {count} time(s); update patches/upstream-tests.toml's [[forward]]"
             )
         text = text.replace(old, new)
     return text
@@ -250,13 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.sep in args.python:  # pytest runs in a temporary folder: a relative path must hold
         args.python = str(Path(args.python).absolute())
     version = require_pinned(args.version)
-    specs = SPECS.get(version, [])
-    if not specs:
+    specs_ = specs(version)
+    if not specs_:
         print(f"no forward tests are defined for vLLM {version}", file=sys.stderr)
         return 0
     worst = 0
     files = ReleaseFiles()
-    for spec in specs:
+    for spec in specs_:
         try:
             record = run_spec(version, spec, args.python, files)
         except PatchbenchError as exc:

@@ -108,3 +108,36 @@ if __name__ == "__main__":  # `python -m verify.pins [ci-equivalence | newest]`:
     chosen = ci_equivalence_pins() if ask == ["ci-equivalence"] else list(pinned())
     chosen = chosen[-1:] if ask == ["newest"] else chosen
     print(" ".join(chosen))
+
+
+#: patches/upstream-tests.toml (beside the pin data): per kind, the keys each entry needs.
+UPSTREAM_TEST_KEYS = {
+    "explained": {"pins", "test", "patch", "why"},
+    "not_run": {"pins", "test", "why"},
+    "forward": {"pins", "seed", "subject", "release", "test_file", "select", "adapter",
+                "adapter_why"},
+}  # fmt: skip
+
+
+@functools.cache
+def _upstream_tests(path: Path) -> dict[str, list[dict]]:
+    try:
+        data = tomllib.loads(path.read_text()) if path.exists() else {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from exc
+    unknown = sorted(set(data) - set(UPSTREAM_TEST_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    for kind, entries in data.items():
+        for i, entry in enumerate(entries):
+            missing = sorted(UPSTREAM_TEST_KEYS[kind] - set(entry))
+            if missing:
+                raise ConfigError(f"{path}: [[{kind}]] #{i + 1} lacks {', '.join(missing)}")
+    return data
+
+
+def upstream_tests(kind: str, version: str) -> list[dict]:
+    """The `kind` entries (explained, not_run, forward) of patches/upstream-tests.toml that
+    name `version` among their pins."""
+    entries = _upstream_tests(pins_file().resolve().with_name("upstream-tests.toml"))
+    return [e for e in entries.get(kind, []) if version in e["pins"]]

@@ -9,9 +9,9 @@ three pytest sessions over the same files:
 3. ``edited/patched``: the series' versions of those files plus the test files it adds.
 
 A test that passes in 1 and fails in 2 is a behaviour the series changes on purpose or a
-regression: it must be listed in `EXPLAINED` (test id -> the patch that changes that behaviour
-and why), else the step fails; an explanation whose failure did not happen fails the step too
-(it is stale). A test failing in 3 but not in 1 fails the step. The record
+regression: it must be explained in patches/upstream-tests.toml (test id -> the patch that
+changes that behaviour and why), else the step fails; an explanation whose failure did not
+happen fails the step too (it is stale). A test failing in 3 but not in 1 fails the step. The record
 (``results/cpu/<v>/upstream-tests.json``) keeps the counts of all three runs side by side.
 
 Pins with a CPU runtime recipe (0.22.0) run against the runtime's wheel and its patched
@@ -37,52 +37,25 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verify import paths, results
+from verify import paths, pins, results
 from verify.buildtree import BASELINE_TAG, BuildTree
 from verify.errors import PatchbenchError
 from verify.progress import say
 from verify.series import read_series
 from verify.versions import require_pinned
 
-#: Per pin: shipped test id -> (subject of the patch that changes that behaviour, why).
-EXPLAINED: dict[str, dict[str, tuple[str, str]]] = {
-    "0.18.1": {
-        "tests/models/language/pooling/test_splade_sparse_pooler.py::"
-        "test_splade_pooler_matches_reference_formula[2-3-5-7]": (
-            "[Perf] Keep pooling prompt token IDs on CPU for CPU-only poolers",
-            "SPLADESparsePooler now reads PoolingMetadata.prompt_token_ids_cpu; the shipped "
-            "test's stand-in metadata (a SimpleNamespace) has only prompt_token_ids (the "
-            "series' version adds prompt_token_ids_cpu, as upstream PR #38139 does)",
-        ),
-    },
-    "0.22.0": {
-        "tests/v1/worker/test_gpu_input_batch.py::test_swap_states_in_input_batch"
-        "[swap_list0-32-cpu:0]": (
-            "[Perf][Sampler] Build penalty output tokens from token_ids_cpu and scan think "
-            "markers incrementally",
-            "the patch adds InputBatch.output_tokens_builder, a per-batch helper like "
-            "batch_update_builder; the shipped test's _compare_objs compares every attribute of "
-            "two batches and fails on it (the series' version skips it, as it skips "
-            "batch_update_builder)",
-        ),
-        "tests/v1/worker/test_gpu_input_batch.py::test_pooling_metadata_token_id_buffers"
-        "[pooling_params1-True-True]": (
-            "[Perf] Drop the device copy of pooling prompt token IDs",
-            "the patch stops copying pooling prompt token ids to the device (as upstream 0.29.0 "
-            "does); the shipped test expects the device buffer when requires_token_ids is set",
-        ),
-    },
-}
 
-#: Per pin: tests not run here (deselected on every run) and why; the record lists them.
-_MONTE_CARLO = {
-    "tests/v1/sample/test_rejection_sampler.py::"
-    "test_rejection_sampling_approximates_target_distribution": "a Monte-Carlo loop of "
-    "thousands of rejection-sampler calls; under the Triton interpreter on 2 shared cores it "
-    "did not finish in 10 minutes (the GPU tier's upstream-tests step runs it)",
-}
-NOT_RUN: dict[str, dict[str, str]] = {"0.16.0": _MONTE_CARLO, "0.18.1": _MONTE_CARLO,
-                                      "0.22.0": _MONTE_CARLO}  # fmt: skip
+def explained(version: str) -> dict[str, tuple[str, str]]:
+    """Shipped test id -> (subject of the patch that changes that behaviour, why), of the pin
+    (patches/upstream-tests.toml's [[explained]])."""
+    return {e["test"]: (e["patch"], e["why"]) for e in pins.upstream_tests("explained", version)}
+
+
+def not_run(version: str) -> dict[str, str]:
+    """Tests not run here (deselected on every run of the pin) and why; the record lists them
+    (patches/upstream-tests.toml's [[not_run]])."""
+    return {e["test"]: e["why"] for e in pins.upstream_tests("not_run", version)}
+
 
 #: Added to every pytest run (interpreted Triton; the conftest's tblib comes from the add-on).
 TEST_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -372,7 +345,7 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
         roots = {"shipped": Path(tmp) / "shipped", "edited": Path(tmp) / "edited"}
         for label, rev in (("shipped", BASELINE_TAG), ("edited", "HEAD")):
             tree.export_tree(rev, roots[label], ["tests", "pyproject.toml"])
-        skip = sorted(NOT_RUN.get(version, {}))
+        skip = sorted(not_run(version))
         runs = [
             run_pytest(launcher, "pristine", roots["shipped"], shipped, "shipped-pristine", skip),
             run_pytest(launcher, "patched", roots["shipped"], shipped, "shipped-patched", skip),
@@ -384,7 +357,7 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
             ]
             for r in runs
         }
-    outcome, reason, details = judge(*runs, EXPLAINED.get(version, {}), names)
+    outcome, reason, details = judge(*runs, explained(version), names)
     numbers = {
         "shipped_files": shipped,
         "edited_files": edited,
@@ -393,7 +366,7 @@ def run(version: str, tree_path: Path | None = None, files: list[str] | None = N
             for r in runs
         },
         **details,
-        "not_run": NOT_RUN.get(version, {}),
+        "not_run": not_run(version),
         "env": TEST_ENV,
         "runtime": launcher.describe(),
         "log_tails": tails,

@@ -37,10 +37,13 @@ fail that (`test_launch_key_mutant_is_detected`).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import json
 import os
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -774,3 +777,60 @@ def test_launcher_relaunches_each_new_specialization(state_mod, monkeypatch):
 def test_launch_key_mutant_is_detected(state_mod, monkeypatch, mutant):
     monkeypatch.setattr(state_mod, "_specialization_key", LAUNCH_KEY_MUTANTS[mutant])
     assert not _launches_right_kernel(state_mod, monkeypatch)
+
+
+# The GPU runs' check (verify/ab/penalty_check): a shadow of every row's history in torch ops,
+# upstream's penalties recomputed from it at each apply, bit for bit against the state's.
+
+
+def _penalty_check_shim(state_mod, monkeypatch, tmp_path):
+    """The shim loaded by path and installed on the patched PenaltyState (undone after the
+    test); its findings file goes to tmp_path."""
+    path = Path(__file__).resolve().parents[2] / "verify/ab/penalty_check/sitecustomize.py"
+    spec = importlib.util.spec_from_file_location("patchbench_penalty_check", path)
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    monkeypatch.setattr(shim, "_FOLDER", str(tmp_path))
+    monkeypatch.setattr(shim, "CHECK_EVERY", 8)
+    shim._install(SimpleNamespace(PenaltyState=state_mod.PenaltyState), monkeypatch.setattr)
+    return shim
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+def test_penalty_check_finds_nothing_in_a_correct_state(
+    mods,  # noqa: F811
+    state_mod,
+    monkeypatch,
+    tmp_path,
+    async_sched,
+):
+    """Randomized batch operations on the real state: every step compared, nothing found, and
+    the state checks ran (the shim only reads: the sequence still matches pristine)."""
+    shim = _penalty_check_shim(state_mod, monkeypatch, tmp_path)
+    assert _run(mods, monkeypatch, 3, async_sched, 40, _torch_check(mods, torch.float32)) == 0
+    (shadow,) = shim._SHADOWS
+    shim._write_all()
+    (found,) = [json.loads(p.read_text()) for p in tmp_path.glob("penalty-check-*.json")]
+    assert found["steps"] == shadow.steps > 20 and found["state_checks"] > 0
+    assert found["logit_findings"] == [] and found["state_findings"] == []
+
+
+@pytest.mark.parametrize("mutant", ["swap", "placeholder"])
+def test_penalty_check_finds_a_broken_state(
+    mods,  # noqa: F811
+    state_mod,
+    monkeypatch,
+    tmp_path,
+    mutant,
+):
+    """A mutant of the state (as test_mutant_is_detected's) shows in the shim's findings on
+    the same sequences that the pristine comparison fails."""
+    if os.environ.get(MUTANT_ENV):
+        pytest.skip(f"{MUTANT_ENV} already applies a mutant")
+    MUTANTS[mutant](state_mod.PenaltyState, monkeypatch)
+    shim = _penalty_check_shim(state_mod, monkeypatch, tmp_path)
+    check = _torch_check(mods, torch.float32)
+    failing = _failing_sequences(mods, monkeypatch, check, range(2), 40)
+    shim._write_all()
+    findings = sum(len(s.findings) + len(s.state_findings) for s in shim._SHADOWS)
+    assert failing > 0 and findings > 0

@@ -109,8 +109,8 @@ def is_full_install(site: Path) -> bool:
 
 def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
     """The process environment of one variant: its import roots (and, where a logit scale or
-    the penalty-state check is asked for, the shims that do them), its own compile cache, Inductor's deterministic mode,
-    then the variant's own KEY=VALUE pairs."""
+    the penalty-state check is asked for, the shims that do them), its own compile cache,
+    Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
     if {**os.environ, **env}.get(LOGIT_SCALE_ENV):
         paths = [*paths, str(LOGIT_SCALE_SITE)]
     if {**os.environ, **env}.get(PENALTY_CHECK_ENV):
