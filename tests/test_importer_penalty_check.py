@@ -2,6 +2,7 @@
 findings decide, tokens are shown beside."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -40,6 +41,13 @@ def test_tokens_are_shown_not_judged():
     assert seen["other"].startswith("differ") and "alone" not in seen
 
 
+def _checks(version: str) -> list[dict]:
+    """The importer loop's records of the penalty-state check (the registry names the step)."""
+    from verify.importer import loop
+
+    return [r for r in loop.records(version) if r["step"] == "gpu-penalty-state-check"]
+
+
 def test_records_read_the_findings_beside_the_run(tmp_path, monkeypatch):
     """The newest run is judged with raw/<stem>-findings.json; without it: not run."""
     from verify import paths
@@ -50,9 +58,33 @@ def test_records_read_the_findings_beside_the_run(tmp_path, monkeypatch):
     run = {"vllm_version": "0.22.0", "date": "2026-01-02T00:00:00+00:00", "command": "c"}
     run.update(machine={"gpu": "H200"}, model="qwen3-8b", runner="V1", tokens={})
     (folder / "penalty-state-check-a.json").write_text(json.dumps(run))
-    (record,) = check.records("0.22.0")
-    assert record["outcome"] == NOT_RUN
+    (record,) = _checks("0.22.0")
+    assert record["outcome"] == NOT_RUN and record["step"] == "gpu-penalty-state-check"
     findings = {**CLEAN, "logit_findings": [{"step": 1}]}
     (folder / "raw" / "penalty-state-check-a-findings.json").write_text(json.dumps(findings))
-    (record,) = check.records("0.22.0")
+    (record,) = _checks("0.22.0")
     assert record["outcome"] == FAIL and record["numbers"]["steps"] == 2816
+
+
+def test_a_step_naming_an_unknown_reader_is_a_named_error(monkeypatch):
+    from verify import registry
+    from verify.importer import loop
+
+    entry = next(e for e in registry.load().values() if any(s.reader for s in e.steps))
+    step = next(s for s in entry.steps if s.reader)
+    bad = registry.Entry(**{**entry.__dict__, "steps": (replace(step, reader="nope"),)})
+    monkeypatch.setattr(registry, "load", lambda: {entry.slug: bad})
+    with pytest.raises(loop.UnknownReader, match="names reader 'nope'"):
+        loop.planned("0.22.0")
+
+
+def test_a_reader_step_needs_a_source_and_one_record():
+    from verify import registry
+    from verify.errors import PatchbenchError
+
+    raw = {"kind": "e2e", "title": "t", "device": "cuda", "rule": "tests", "command": "c",
+           "records": ["a", "b"], "reader": "penalty-state-check", "source": "x*.json"}  # fmt: skip
+    with pytest.raises(PatchbenchError, match="exactly one record"):
+        registry._step("slug", raw)
+    with pytest.raises(PatchbenchError, match="source"):
+        registry._step("slug", {**raw, "records": ["a"], "source": ""})

@@ -49,6 +49,9 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     headline* = true              # the step whose result the report's Purpose states as the
                                   #   measured effect (at most one per entry; default: the
                                   #   first performance step with a record)
+    reader* = "penalty-state-check"  # the importer loop's reader that judges the step's raw
+                                  #   runs (verify/importer/loop.py READERS) into its one record
+    source* = "penalty-state-check*.json"  # with reader: the runs, a glob in results/<tier>/<pin>/
 
 `validate` checks every series against the registry: each patch has exactly one entry, each
 entry's pins name a patch that exists, each step is well formed (tests/test_registry.py).
@@ -131,6 +134,8 @@ class Step:
     note: str = ""
     headline: bool = False
     headline_shape: str = ""
+    reader: str = ""
+    source: str = ""
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins
@@ -199,6 +204,11 @@ def _step(slug: str, raw: dict[str, Any]) -> Step:
         f"device {step.device!r}" * (step.device not in DEVICES),
         f"claim {step.claim!r}" * (step.claim not in CLAIMS),
     ]
+    if step.reader and (not step.source or len(step.records) != 1):
+        raise PatchbenchError(
+            f"registry {slug}: step {step.title!r} names reader {step.reader!r}: it needs "
+            '`source = "<glob of its runs>"` and exactly one record'
+        )
     if any(problems):
         raise PatchbenchError(
             f"registry {slug}: step {step.title!r} has an unknown "

@@ -22,8 +22,7 @@ from verify.importer import (
     gpu,
     gpu_engine_ab,
     gpu_engine_resolution,
-    gpu_penalty_check,
-    gpu_state_length,
+    loop,
 )
 from verify.locks import pin_lock
 from verify.versions import PINNED
@@ -40,8 +39,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
     engine = [
         *gpu_engine_ab.records(version),
         *gpu_engine_resolution.records(version),
-        *gpu_penalty_check.records(version),
-        *gpu_state_length.records(version),
+        *loop.records(version),
     ]
     for record in [*gpu.records(version), *engine]:
         written.append(("gpu", results.write(record, "gpu", record["step"]), record))

@@ -1,7 +1,7 @@
 """0011's device penalty state checked on the GPU against an independent shadow
 (scripts/gpu_penalties_ab.sh with PB_PENALTY_CHECK=1, verify/ab/penalty_check) -> the record
-`gpu-penalty-state-check`: results/gpu/<v>/penalty-state-check*.json (the engine run) with
-raw/<stem>-findings.json (the shim's findings file of the patched engine).
+its registry step names (reader "penalty-state-check"): the newest engine run of the step's
+source with raw/<stem>-findings.json (the shim's findings file of the patched engine).
 
 fail: a step whose penalized logits differ (int32 views) from upstream's arithmetic on the
 shadow's history, or a state check whose counts, prompt bits or lists differ from it; not run:
@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import json
 
-from verify import paths
 from verify.importer.gpu import _record
 from verify.verdicts import FAIL, NOT_RUN, PASS, Verdict
-
-STEP = "gpu-penalty-state-check"
-FILES = "penalty-state-check*.json"
 
 
 def judge_findings(findings: dict | None) -> Verdict:
@@ -63,7 +59,9 @@ def tokens_beside(run: dict) -> dict[str, str]:
     return seen
 
 
-def check_record(version: str, path) -> dict:
+def read(version: str, step, entry, runs: list) -> dict:
+    """The importer loop's reader: the record of the newest run of `runs` (by its date)."""
+    path = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
     run = json.loads(path.read_text())
     findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
     findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
@@ -83,13 +81,4 @@ def check_record(version: str, path) -> dict:
     }
     if findings is not None:
         numbers.update({k: findings.get(k) for k in ("steps", "rows_compared", "state_checks")})
-    return _record(run, STEP, "003", verdict, numbers)
-
-
-def records(version: str) -> list[dict]:
-    """The record of the newest check run of `version` (none without one)."""
-    runs = sorted((paths.results_root() / "gpu" / version).glob(FILES))
-    if not runs:
-        return []
-    newest = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
-    return [check_record(version, newest)]
+    return _record(run, step.records[0], entry.slug, verdict, numbers)

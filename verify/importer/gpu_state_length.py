@@ -2,7 +2,7 @@
 the output length L (scripts/gpu_penalty_state_length_bench.py; each length a "variant" of one
 shape, timed side by side, the shortest the baseline).
 
-    micro-penalty-state-length.json -> microbench-gpu-003-state-length
+    micro-penalty-state-length.json -> the record its registry step names
 
 Per shape, the longest length's host time over the shortest's (paired rounds, verify.stats) is
 judged `not slower` against the registry step's threshold (verify.verdicts.performance). GPU
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import statistics
 
-from verify import registry, results, stats
-from verify.importer.gpu import DEVICE_NOTE, STATE_FILES, _load, kernel_rows, variant_is_current
+from verify import results, stats
+from verify.importer.gpu import DEVICE_NOTE, STATE_FILES, kernel_rows, variant_is_current
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, performance
-
-STEP = "microbench-gpu-003-state-length"
 
 
 def judge_lengths(rows: list[dict], threshold: float) -> tuple[Verdict, dict]:
@@ -52,25 +50,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def micro_003_state_length(version: str) -> dict | None:
-    """The record of the length run of `version`, or None without one."""
-    data = _load(version, "micro-penalty-state-length")
+def read(version: str, step, entry, runs: list) -> dict | None:
+    """The importer loop's reader (registry reader "penalty-state-length"): the record of the
+    length run (the newest of `runs`), or None when it timed nothing."""
+    data = results.read_json(runs[-1])
     if not data or not data.get("timed"):
         return None
     rows, machine, command, date = kernel_rows(data)
-    verdict, numbers = judge_lengths(rows, registry.threshold(version, STEP))
+    verdict, numbers = judge_lengths(rows, step.threshold)
     numbers["ratios"] = "host time at the longest L / the shortest; below 1 is faster"
     record = results.make(
-        STEP, "003", version, verdict.outcome, numbers, reason=verdict.reason,
+        step.records[0], entry.slug, version, verdict.outcome, numbers, reason=verdict.reason,
         command=f"{command}  {DEVICE_NOTE}", tables=[table(rows)], machine=machine, date=date,
-        patches=["penalty-state-device"],
+        patches=[entry.slug],
     )  # fmt: skip
     (name,) = data["variants"]
     current = variant_is_current(data, name, version, STATE_FILES)
     results.restamp(record, results.series_hash(version) if current else "unknown")
     return record
-
-
-def records(version: str) -> list[dict]:
-    made = [micro_003_state_length(version)]
-    return [r for r in made if r]

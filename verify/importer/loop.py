@@ -1,0 +1,58 @@
+"""The registry-driven importer loop: a registry step that names a `reader` and a `source` (a
+glob of raw runs in results/<tier>/<pin>/, tier gpu for cuda steps, else cpu) is judged by that
+reader into the step's one record. The record's name, the patches it covers and its threshold
+come from the registry; a reader holds only how to read and judge its runs.
+
+A reader is `read(version, step, entry, runs) -> record | None`, `runs` the matching files,
+oldest name first. Adding a kind of run = one reader here and registry steps naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from verify import paths, registry
+from verify.errors import PatchbenchError
+from verify.importer import gpu, gpu_penalty_check, gpu_state_length
+
+Reader = Callable[[str, registry.Step, registry.Entry, list[Path]], dict | None]
+
+READERS: dict[str, Reader] = {
+    "penalty-state-check": gpu_penalty_check.read,
+    "penalty-state-length": gpu_state_length.read,
+}
+
+
+class UnknownReader(PatchbenchError):
+    """A registry step names a reader the loop does not have."""
+
+
+def planned(version: str) -> list[tuple[registry.Entry, registry.Step]]:
+    """(entry, step) of every registry step on `version` that a reader imports."""
+    found = []
+    for entry in registry.load().values():
+        if version not in entry.pins:
+            continue
+        for step in entry.steps_on(version):
+            if not step.reader:
+                continue
+            if step.reader not in READERS:
+                raise UnknownReader(
+                    f"registry {entry.slug}: step {step.title!r} names reader "
+                    f"{step.reader!r}; known: {', '.join(sorted(READERS))}"
+                )
+            found.append((entry, step))
+    return found
+
+
+def records(version: str) -> list[dict]:
+    """The records the readers make for `version` from the runs their steps name."""
+    made = []
+    for entry, step in planned(version):
+        root = gpu.gpu_root() if step.device == "cuda" else paths.results_root() / "cpu"
+        runs = sorted((root / version).glob(step.source))
+        record = READERS[step.reader](version, step, entry, runs) if runs else None
+        if record is not None:
+            made.append(record)
+    return made
