@@ -66,6 +66,9 @@
 #                             (commit as results/gpu/<v>/raw/<TAG>-findings.json); its tok/s
 #                             are no penalty cost (name the run penalty-state-check*, not
 #                             penalties-ab*: the cost importer would pool it)
+#   PB_PENALTY_HISTORY=0      1: the host output lists that V1's penalties read (pristine, or
+#                             the series without its state) compared at every step with the
+#                             sampled ids (verify/ab/penalty_history); -> $OUT/gpu/<TAG>-history.json
 # Record -> $OUT/gpu/<TAG>.json. PB_BUNDLE (default /tmp/vllm-bundle) and PB_WORK (default
 # /root/pb-ab) move the bundle and the engines' work folders.
 set -uo pipefail
@@ -113,6 +116,9 @@ fi
 if [ "${PB_PENALTY_CHECK:-0}" = 1 ]; then
   knobs+=" PB_PENALTY_CHECK=1" && export PATCHBENCH_PENALTY_CHECK=$OUT/gpu/$tag-penalty-check
 fi
+if [ "${PB_PENALTY_HISTORY:-0}" = 1 ]; then
+  knobs+=" PB_PENALTY_HISTORY=1" && export PATCHBENCH_PENALTY_HISTORY=$OUT/gpu/$tag-penalty-history
+fi
 if [ "${PB_KEEP_TOKENS:-0}" = 1 ]; then
   knobs+=" PB_KEEP_TOKENS=1" && export PB_KEEP_TOKENS=$work/tokens
 else
@@ -159,6 +165,11 @@ if [ -n "${PATCHBENCH_PENALTY_CHECK:-}" ]; then  # one file per engine that kept
   else
     echo "penalty check: ${#found[@]} findings files in $PATCHBENCH_PENALTY_CHECK (expected 1)"
   fi
+fi
+if [ -n "${PATCHBENCH_PENALTY_HISTORY:-}" ]; then  # one file per engine that penalized
+  for f in "$PATCHBENCH_PENALTY_HISTORY"/penalty-history-*.json; do
+    [ -f "$f" ] && mv "$f" "$OUT/gpu/$tag-history-$(basename "$f" .json | cut -d- -f3).json"
+  done
 fi
 echo "gpu_penalties_ab $tag: rc $rc"
 exit $rc

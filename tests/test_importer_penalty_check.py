@@ -88,3 +88,12 @@ def test_a_reader_step_needs_a_source_and_one_record():
         registry._step("slug", raw)
     with pytest.raises(PatchbenchError, match="source"):
         registry._step("slug", {**raw, "records": ["a"], "source": ""})
+
+
+def test_history_findings_decide_the_history_proof():
+    clean = {"steps": 1792, "rows_compared": 99328, "findings": []}
+    assert check.judge_history(clean).outcome == PASS
+    bad = {**clean, "findings": [{"step": 3, "row": 1, "first_differing": 2}]}
+    assert check.judge_history(bad).outcome == FAIL
+    assert check.judge_history(None).outcome == NOT_RUN
+    assert check.judge_history({**clean, "rows_compared": 0}).outcome == NOT_RUN

@@ -71,9 +71,13 @@ PLANT_SITE = Path(__file__).resolve().parent / "plant"
 #: (`vllm serve`): verify/ab/logit_scale.
 LOGIT_SCALE_SITE = Path(__file__).resolve().parent / "logit_scale"
 LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
-#: 0011's device penalty state checked against a shadow at every step: verify/ab/penalty_check.
-PENALTY_CHECK_SITE = Path(__file__).resolve().parent / "penalty_check"
-PENALTY_CHECK_ENV = "PATCHBENCH_PENALTY_CHECK"
+#: Diagnostic shims, each on a variant's path where its variable is set: 0011's device penalty
+#: state against a shadow (verify/ab/penalty_check), and the host output lists that upstream's
+#: penalties read against the sampled ids (verify/ab/penalty_history).
+DIAGNOSTIC_SITES = {
+    "PATCHBENCH_PENALTY_CHECK": Path(__file__).resolve().parent / "penalty_check",
+    "PATCHBENCH_PENALTY_HISTORY": Path(__file__).resolve().parent / "penalty_history",
+}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
@@ -109,12 +113,12 @@ def is_full_install(site: Path) -> bool:
 
 def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
     """The process environment of one variant: its import roots (and, where a logit scale or
-    the penalty-state check is asked for, the shims that do them), its own compile cache,
+    a diagnostic shim is asked for, the shims that do them), its own compile cache,
     Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
-    if {**os.environ, **env}.get(LOGIT_SCALE_ENV):
+    merged = {**os.environ, **env}
+    if merged.get(LOGIT_SCALE_ENV):
         paths = [*paths, str(LOGIT_SCALE_SITE)]
-    if {**os.environ, **env}.get(PENALTY_CHECK_ENV):
-        paths = [*paths, str(PENALTY_CHECK_SITE)]
+    paths = [*paths, *(str(site) for var, site in DIAGNOSTIC_SITES.items() if merged.get(var))]
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),

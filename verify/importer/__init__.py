@@ -22,6 +22,7 @@ from verify.importer import (
     gpu,
     gpu_engine_ab,
     gpu_engine_resolution,
+    gpu_penalty_check,
     loop,
 )
 from verify.locks import pin_lock
@@ -40,6 +41,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
         *gpu_engine_ab.records(version),
         *gpu_engine_resolution.records(version),
         *loop.records(version),
+        *gpu_penalty_check.history_records(version),
     ]
     for record in [*gpu.records(version), *engine]:
         written.append(("gpu", results.write(record, "gpu", record["step"]), record))

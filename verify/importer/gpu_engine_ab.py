@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
-from verify.importer import gpu
+from verify.importer import gpu, kept_tokens
 from verify.importer.gpu import _record
 from verify.series import read_series
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
@@ -293,7 +293,8 @@ def judge_stage(
                     rows.append(_cost_row(f"patched / series tok/s, {unit}", pairs, cost=False))
             if comparable(run["configs"][cell.split("/", 1)[1]]):
                 control = cells.get((f"{base}2", pen, topkp))
-                verdict = _tokens(rounds, other, cell, control, f"{shape} {what} tokens vs {base}")
+                what_tokens = f"{shape} {what} tokens vs {base}"
+                verdict = _tokens(rounds, other, cell, control, what_tokens, run["vllm_version"])
                 numbers[f"tokens patched vs {base} ({what})"] = verdict.reason
                 if control:  # judged only against a second engine of the baseline's build
                     parts.append(verdict)
@@ -388,7 +389,9 @@ def comparable(config: dict) -> bool:
     return config.get("temperature") == 0 or config.get("seed", 0) is not None
 
 
-def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) -> Verdict:
+def _tokens(
+    rounds: list, base: str, cell: str, control: str | None, what: str, version: str = ""
+) -> Verdict:
     """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
     build (`control`): GPU engines of one build need not agree across starts, so without it the
     comparison is reported, not judged. Tokens are compared round by round, only in rounds that
@@ -400,7 +403,7 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
         return all(r.values[a]["token_ids_hash"] == r.values[b]["token_ids_hash"] for r in mine)
 
     if not mine:
-        return _tokens_across_starts(rounds, base, cell, control, what)
+        return _tokens_across_starts(rounds, base, cell, control, what, version)
     identical = agree(base, cell)
     if control is None:
         seen = "identical" if identical else "differ"
@@ -416,12 +419,14 @@ def _tokens(rounds: list, base: str, cell: str, control: str | None, what: str) 
 
 
 def _tokens_across_starts(
-    rounds: list, base: str, cell: str, control: str | None, what: str
+    rounds: list, base: str, cell: str, control: str | None, what: str, version: str = ""
 ) -> Verdict:
     """`cell`'s tokens against `base`'s where no round ran them together (engines that took
     turns, or calls of one engine each): judged only when the baseline and its second engine
     gave one and the same output in every round each ran (so separate starts of that build
-    agree, here across calls too), and `cell` ran; else not run."""
+    agree, here across calls too), and `cell` ran; else not run. Outputs of the baseline's
+    build kept by other runs (kept_tokens: same sampling and batch, any length) are part of
+    the control: where their common prefix differs, the control failed."""
     hashes = {
         c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
         for c in (base, cell, control)
@@ -433,12 +438,24 @@ def _tokens_across_starts(
         return Verdict(NOT_RUN, f"{what}: not judged across engine starts (no {absent})")
     build = base.split("/")[0]
     control_agrees = len(hashes[base] | hashes[control]) == 1
+    config = CONFIG_NAME.match(base.split("/", 1)[1])
+    elsewhere = None
+    if control_agrees and version and config:
+        batch = int(config["batch"])
+        elsewhere = kept_tokens.disagreement(version, build, config["sampling"], batch)
+        control_agrees = elsewhere is None
     identical = hashes[cell] == hashes[base] and len(hashes[base]) == 1
     verdict = identity.judge(identical, control_agrees, what, baseline=build)
+    if elsewhere:
+        return Verdict(verdict.outcome, f"{verdict.reason}: {elsewhere}")
     if verdict.outcome == PASS and not verdict.reason:
         same = f"identical across separate engine starts, {build} agreeing with its second engine"
         return Verdict(PASS, f"{what}: {same}")
     return verdict
+
+
+#: An engine config's name: `<sampling>-b<batch>-l<length>` (verify.gpu.penalty_plan).
+CONFIG_NAME = re.compile(r"^(?P<sampling>.+)-b(?P<batch>\d+)-l(?P<length>\d+)$")
 
 
 def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:

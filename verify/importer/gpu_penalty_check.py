@@ -82,3 +82,45 @@ def read(version: str, step, entry, runs: list) -> dict:
     if findings is not None:
         numbers.update({k: findings.get(k) for k in ("steps", "rows_compared", "state_checks")})
     return _record(run, step.records[0], entry.slug, verdict, numbers)
+
+
+#: A harness proof (registry.HARNESS_PROOFS): no patch's step, so its name is written here.
+HISTORY_PROOF = "gpu-penalty-history"
+
+
+def judge_history(findings: dict | None) -> Verdict:
+    """The verdict of one penalty_history findings file (None: the run wrote none)."""
+    if findings is None:
+        return Verdict(NOT_RUN, "no findings file beside the run (raw/<stem>-findings.json)")
+    rows, found = findings.get("rows_compared", 0), findings.get("findings", [])
+    if found:
+        return Verdict(
+            FAIL, f"{len(found)} penalized row(s) whose host list differs from the sampled "
+            f"ids; first: {found[0]}"
+        )  # fmt: skip
+    if not rows:
+        return Verdict(NOT_RUN, "no penalized row was compared")
+    return Verdict(
+        PASS,
+        f"every penalized row's host list equals its sampled ids after the async repair "
+        f"({rows} rows over {findings.get('steps', 0)} sampler steps)",
+    )
+
+
+def history_records(version: str) -> list[dict]:
+    """The harness proof of the newest history run of `version` (results/gpu/<v>/
+    penalty-history*.json with raw/<stem>-findings.json); none without a run."""
+    from verify.importer import gpu
+
+    runs = sorted((gpu.gpu_root() / version).glob("penalty-history*.json"))
+    if not runs:
+        return []
+    path = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
+    run = json.loads(path.read_text())
+    findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
+    findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
+    numbers = {"run": path.name, "model": run.get("model"), "runner": run.get("runner"),
+               "configs": run.get("configs"), "tokens": run.get("tokens")}  # fmt: skip
+    if findings is not None:
+        numbers.update({k: findings.get(k) for k in ("steps", "rows_compared")})
+    return [_record(run, HISTORY_PROOF, "series", judge_history(findings), numbers)]
