@@ -265,3 +265,51 @@ def test_ctrl_c_then_abort_restores_the_state_before_the_port(pinned_release):
     assert run.returncode == 0, run.stderr
     assert target.head() == target.baseline() and target.dirty_files() == []
     assert port.load(target) is None and not target.series_path.exists()
+
+
+def _pool_fix(target: BuildTree, new: str) -> Path:
+    """A port fix for "[Perf] Pool" (0005): its line True -> False, then False -> `new`."""
+    fixes = target.series_path / port.PORT_FIXES
+    fixes.mkdir(parents=True, exist_ok=True)
+    old = RELEASE_FILES["vllm/pooling.py"].replace("True", "False")
+    lines = old.splitlines()
+    at = next(i for i, line in enumerate(lines) if "False" in line)
+    hunk = [f" {line}" for line in lines]
+    hunk[at] = f"-{lines[at]}\n+{lines[at].replace('False', new)}"
+    diff = (
+        "diff --git a/vllm/pooling.py b/vllm/pooling.py\n--- a/vllm/pooling.py\n"
+        f"+++ b/vllm/pooling.py\n@@ -1,{len(lines)} +1,{len(lines)} @@\n" + "\n".join(hunk) + "\n"
+    )
+    path = fixes / "Perf-Pool.diff"
+    path.write_text(diff)
+    return path
+
+
+def test_a_port_fix_amends_the_patch_it_names_and_stays_with_the_series(make_tree):
+    """An edit no recorded resolution holds (a clean hunk needing a new name) is kept as
+    patches/<to>/port-fixes/<name>.diff and applied on top of that patch at every port."""
+    source = _series(make_tree)
+    target, _ = _start(make_tree, source)
+    _resolve(target)
+    fix = _pool_fix(target, "None")
+    assert port.resume(source, target, _releases) == 0
+    from verify import paths
+
+    pool = next(p for p in read_series("9.9.1", target.patches_root) if "Pool" in p.subject)
+    added = [ln for ln in pool.path.read_text().splitlines() if ln[:1] == "+" and ln[:3] != "+++"]
+    assert any("None" in line for line in added)  # the patch carries the fix's line
+    assert fix.exists()  # kept beside the series for the next port
+    report = paths.reports_root() / "9.9.1" / "port" / "from-9.9.0.md"
+    assert "port fix Perf-Pool.diff" in report.read_text()
+
+
+def test_a_port_fix_that_no_longer_applies_stops_with_its_name(make_tree):
+    source = _series(make_tree)
+    target, _ = _start(make_tree, source)
+    _resolve(target)
+    fix = _pool_fix(target, "None")
+    fix.write_text(fix.read_text().replace("False", "Maybe"))  # matches nothing carried
+    with pytest.raises(PatchbenchError, match="Perf-Pool.diff: this port fix no longer applies"):
+        port.resume(source, target, _releases)
+    port.abort(target)
+    assert target.head() == target.baseline()

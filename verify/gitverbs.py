@@ -54,6 +54,16 @@ def apply_check(tree: BuildTree, patch: Path, reverse: bool = False) -> Result:
     return _run(tree, "apply", "--check", "-v", *(["-R"] if reverse else []), str(patch))
 
 
+def apply_index(tree: BuildTree, patch: Path) -> Result:
+    """`git apply --index` of a plain diff onto the tree's files and index."""
+    return _run(tree, "apply", "--index", str(patch))
+
+
+def commit_amend(tree: BuildTree) -> Result:
+    """`git commit --amend --no-edit` of what is staged (the build tree's committer)."""
+    return _run(tree, "commit", "--amend", "--no-edit", "--quiet", env=_committer_env(tree))
+
+
 def am(tree: BuildTree, patch: Path) -> Result:
     """`git am --3way` of one patch file (the build tree's options); on failure git's own
     `git am` state stays for a person to resolve."""

@@ -17,7 +17,10 @@ which files conflict and what to run next. ``port --continue`` takes the resolut
 --abort`` puts the tree and ``patches/<to>/`` back as they were before the port. An interruption
 (Ctrl-C, SIGTERM) undoes only the patch being applied, so ``--continue`` resumes there.
 Resolutions are recorded by git rerere and kept with the new series (``patches/<to>/rr-cache/``),
-so porting the same pair again replays them. At the end the series is exported and checked and a
+so porting the same pair again replays them. Edits no resolution holds (rerere replays only
+conflicted hunks; a name the release changed inside a hunk that merged cleanly is not one) are
+kept as ``patches/<to>/port-fixes/<patch name without its number>.diff`` and amend that patch
+each time the port carries it by itself. At the end the series is exported and checked and a
 port report is written (`verify.port_report`).
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from collections.abc import Callable
@@ -79,6 +83,10 @@ class PortState:
 
 
 # -- the state folder -----------------------------------------------------------------------------
+#: Edits made after a port, kept with the new series and applied every time it is ported again.
+PORT_FIXES = "port-fixes"
+
+
 def state_dir(tree: BuildTree) -> Path:
     return tree.path / ".git" / STATE
 
@@ -364,12 +372,39 @@ def run(source: BuildTree, target: BuildTree, state: PortState,
                 _save_pending(target, outcome)
                 print(conflict_message(target, outcome))
                 return 1
+            if outcome.commit:
+                apply_port_fix(target, outcome)
             _compare_previous(target, outcome)
             _record(target, state, outcome)
         return finish(source, target, state)
     except BaseException as exc:
         _settle(target, state, interrupted=not isinstance(exc, Exception))
         raise
+
+
+def port_fix(target: BuildTree, name: str) -> Path | None:
+    """`patches/<to>/port-fixes/<name without its number>.diff`, if there: an edit the carried
+    patch needs on the new release that no recorded resolution holds (git rerere replays only
+    conflicted hunks: a name the release changed inside a hunk that merged cleanly is not)."""
+    path = target.series_path / PORT_FIXES / f"{re.sub(r'^[0-9]{4}-', '', Path(name).stem)}.diff"
+    return path if path.is_file() else None
+
+
+def apply_port_fix(target: BuildTree, outcome: Outcome) -> None:
+    """Amend a patch the port carried by itself (clean, 3-way, replayed) with its port fix."""
+    fix = port_fix(target, outcome.patch)
+    if fix is None:
+        return
+    applied = gitverbs.apply_index(target, fix)
+    if not applied.ok:
+        raise PatchbenchError(
+            f"{fix}: this port fix no longer applies on {outcome.patch} as carried "
+            f"({applied.output.strip()[-300:]}); edit or delete it, then `python -m verify port "
+            f"--abort {target.version}` and port again"
+        )
+    gitverbs.commit_amend(target)
+    outcome.commit = target.head()
+    outcome.detail = "; ".join(filter(None, [outcome.detail, f"port fix {fix.name}"]))
 
 
 def _record(target: BuildTree, state: PortState, outcome: Outcome) -> None:
