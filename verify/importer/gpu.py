@@ -496,11 +496,12 @@ def state_claims(rows: list[dict]) -> tuple[list[tuple[str, str]], list[str]]:
     return [("record", "faster"), ("apply", "not slower")], []
 
 
-def micro_003_state(version: str) -> dict | None:
-    """0011's device penalty state, two forms side by side (scripts/gpu_penalty_state_bench.py),
-    judged as `state_claims` says (verify.verdicts.kernel: eager with L2 flushed and host per
-    call; the graph time is shown, never judged alone)."""
-    data = _load(version, "micro-penalty-state")
+def read_state_micro(version: str, step, entry, runs: list[Path]) -> dict | None:
+    """The importer loop's reader "penalty-state-micro": 0011's device penalty state, two forms
+    side by side (scripts/gpu_penalty_state_bench.py; the newest of `runs`), judged as
+    `state_claims` says (verify.verdicts.kernel: eager with L2 flushed and host per call; the
+    graph time is shown, never judged alone)."""
+    data = results.read_json(runs[-1])
     if not data or not data.get("timed"):
         return None
     rows, machine, command, date = kernel_rows(data)
@@ -508,7 +509,7 @@ def micro_003_state(version: str) -> dict | None:
     variant = next(n for n in data["variants"] if n != baseline)
     judged, shown = state_claims(rows)
     parts, tables, numbers = [], [], {}
-    limit = registry.threshold(version, "microbench-gpu-003-state")
+    limit = step.threshold
     for bench, claim in judged:
         mine = [r for r in rows if r["bench"] == bench]
         parts.append(kernel.judge(mine, variant, limit, claim))
@@ -525,9 +526,9 @@ def micro_003_state(version: str) -> dict | None:
     )
     numbers["ratios"] = "variant/baseline time; below 1 is faster"
     record = results.make(
-        "microbench-gpu-003-state", "003", version, verdict.outcome, numbers, reason=reason,
+        step.records[0], entry.slug, version, verdict.outcome, numbers, reason=reason,
         command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
-        patches=["penalty-state-device"],
+        patches=[entry.slug],
     )  # fmt: skip
     current = variant_is_current(data, variant, version, STATE_FILES)
     results.restamp(record, results.series_hash(version) if current else "unknown")
@@ -1171,7 +1172,6 @@ def records(version: str) -> list[dict]:
         micro_003(version),
         micro_003_apply(version),
         micro_003_build(version),
-        micro_003_state(version),
         staging_003(version),
         *kernels(version),
         micro_002() if version == "0.18.1" else None,

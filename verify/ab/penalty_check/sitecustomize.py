@@ -226,7 +226,9 @@ def _install(module, patch=setattr) -> None:
 
     def checked_apply(self, logits, presence, frequency, repetition):
         shadow = _shadow(self)
-        theirs = shadow.upstream(logits.clone(), presence, frequency, repetition)
+        # Copies: the reference must not touch what the state then reads.
+        pens = (presence.clone(), frequency.clone(), repetition.clone())
+        theirs = shadow.upstream(logits.clone(), *pens)
         ours = apply(self, logits, presence, frequency, repetition)
         shadow.compare(ours, theirs)
         if shadow.steps % CHECK_EVERY == 0:
