@@ -402,15 +402,17 @@ def render_body(
 ) -> str:
     """The PR body of `ev` in the pin's template, at most `MAX_LINES` lines: what does not fit
     goes, in this order, the commands' notes and the `how` prose, then result rows, the
-    commands' line continuations, the `why` prose (all of it stays in the appendix)."""
+    commands' line continuations, the `why` prose, and last this project's own check commands
+    (all of it stays in the appendix)."""
     related = related_lines(ev)
     rows = range(len(ev.rows), 0, -1)
-    tries = [(True, True, True, True, len(ev.rows))]
-    tries += [(notes, False, True, True, n) for notes in (True, False) for n in rows]
-    tries += [(False, False, False, with_why, n) for with_why in (True, False) for n in rows]
-    for notes, with_how, wrapped, with_why, limit in tries:
+    tries = [(True, True, True, True, len(ev.rows), True)]
+    tries += [(notes, False, True, True, n, True) for notes in (True, False) for n in rows]
+    tries += [(False, False, False, why, n, True) for why in (True, False) for n in rows]
+    tries += [(False, False, False, False, n, False) for n in rows]
+    for notes, with_how, wrapped, with_why, limit, with_ours in tries:
         keep = [c for c in upstream + ours if notes or not c.startswith("#")]
-        mine = [c for c in upstream if c in keep], [c for c in ours if c in keep]
+        mine = [c for c in upstream if c in keep], [c for c in ours if c in keep and with_ours]
         plan = _plan(ev, *(m if wrapped else _unwrap(m) for m in mine))
         why = [plain(ev.entry.why, ev.version)] if with_why else []
         why += ["", plain(ev.entry.how, ev.version)] if with_how else []
