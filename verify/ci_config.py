@@ -125,12 +125,24 @@ def workflow(sessions: list[dict], steps: list[str]) -> dict:
         for step in steps_of(split_name(s["name"])[1], steps)
     ]
     pins = sorted({p for s in sessions if (p := split_name(s["name"])[1])})
-    matrix_session = "${{ matrix.session }}"
     jobs = {
+        **_tier_jobs(fast + checks, heavy, gpu),
+        "gather": _gather_job(pins),
+        "watch": watch_job(),
+    }
+    return {"name": "patchbench", "on": _triggers(), "permissions": {"contents": "read"},
+            "concurrency": {"group": "patchbench-${{ github.ref }}", "cancel-in-progress": True},
+            "jobs": jobs}  # fmt: skip
+
+
+def _tier_jobs(fast: list[str], heavy: list[dict], gpu: list[dict]) -> dict:
+    """The fast, cpu and gpu jobs: one matrix entry per nox session (and GPU step)."""
+    matrix_session = "${{ matrix.session }}"
+    return {
         "fast": {
             "name": "${{ matrix.session }}",
             "runs-on": CPU_RUNNER,
-            "strategy": {"fail-fast": False, "matrix": {"session": fast + checks}},
+            "strategy": {"fail-fast": False, "matrix": {"session": fast}},
             "steps": _job_steps(matrix_session),
         },
         "cpu": {
@@ -154,62 +166,55 @@ def workflow(sessions: list[dict], steps: list[str]) -> dict:
                 _upload("${{ matrix.session }}-${{ matrix.step }}"),
             ],  # fmt: skip
         },
-        "gather": {
-            "if": "always() && github.event_name != 'pull_request'",
-            "needs": ["cpu", "gpu"],
-            "runs-on": CPU_RUNNER,
-            "steps": [
-                {"uses": "actions/checkout@v4"},
-                {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
-                {"name": "install", "run": "python -m pip install -e '.[dev]'"},
-                {
-                    "name": "download every job's records",
-                    "uses": "actions/download-artifact@v4",
-                    "with": {
-                        "pattern": "results-*",
-                        "merge-multiple": True,
-                        "path": "${{ runner.temp }}/gathered/results",
-                    },
-                },  # fmt: skip
-                {
-                    "name": "reports from the gathered records",
-                    "env": {
-                        "PATCHBENCH_RESULTS_DIR": "${{ runner.temp }}/gathered/results",
-                        "PATCHBENCH_REPORTS_DIR": "${{ runner.temp }}/gathered/reports",
-                        "PATCHBENCH_BUILD_DIR": "${{ runner.temp }}/gathered/build",
-                    },
-                    "run": "\n".join(f"nox -s report-{pin}" for pin in pins) + "\n",
-                },
-                {
-                    "uses": "actions/upload-artifact@v4",
-                    "with": {"name": "patchbench-records", "path": "${{ runner.temp }}/gathered"},
-                },  # fmt: skip
-            ],
-        },
     }
-    jobs["watch"] = watch_job()
+
+
+def _gather_job(pins: list[str]) -> dict:
+    """Every job's records downloaded into one results folder, and the reports made from it."""
+    gathered = "${{ runner.temp }}/gathered"
     return {
-        "name": "patchbench",
-        "on": {
-            "push": {"branches": ["main"]},
-            "pull_request": None,
-            "schedule": [{"cron": "17 3 * * *"}],
-            "workflow_dispatch": {
-                "inputs": {
-                    "gpu": {
-                        "description": "also run the GPU tier on the self-hosted GPU runners",
-                        "type": "boolean",
-                        "default": False,
-                    }
-                }
+        "if": "always() && github.event_name != 'pull_request'",
+        "needs": ["cpu", "gpu"],
+        "runs-on": CPU_RUNNER,
+        "steps": [
+            {"uses": "actions/checkout@v4"},
+            {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
+            {"name": "install", "run": "python -m pip install -e '.[dev]'"},
+            {
+                "name": "download every job's records",
+                "uses": "actions/download-artifact@v4",
+                "with": {
+                    "pattern": "results-*",
+                    "merge-multiple": True,
+                    "path": f"{gathered}/results",
+                },
+            },  # fmt: skip
+            {
+                "name": "reports from the gathered records",
+                "env": {
+                    "PATCHBENCH_RESULTS_DIR": f"{gathered}/results",
+                    "PATCHBENCH_REPORTS_DIR": f"{gathered}/reports",
+                    "PATCHBENCH_BUILD_DIR": f"{gathered}/build",
+                },
+                "run": "\n".join(f"nox -s report-{pin}" for pin in pins) + "\n",
             },
-        },
-        "permissions": {"contents": "read"},
-        "concurrency": {
-            "group": "patchbench-${{ github.ref }}",
-            "cancel-in-progress": True,
-        },
-        "jobs": jobs,
+            {
+                "uses": "actions/upload-artifact@v4",
+                "with": {"name": "patchbench-records", "path": gathered},
+            },  # fmt: skip
+        ],
+    }
+
+
+def _triggers() -> dict:
+    """Pushes to main, pull requests, a nightly run, and a manual run that may add the GPU."""
+    gpu = {"description": "also run the GPU tier on the self-hosted GPU runners",
+           "type": "boolean", "default": False}  # fmt: skip
+    return {
+        "push": {"branches": ["main"]},
+        "pull_request": None,
+        "schedule": [{"cron": "17 3 * * *"}],
+        "workflow_dispatch": {"inputs": {"gpu": gpu}},
     }
 
 
