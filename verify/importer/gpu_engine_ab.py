@@ -55,6 +55,13 @@ from dataclasses import dataclass, field
 from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
 from verify.importer import gpu, kept_tokens
+from verify.importer.cost_rows import (
+    cost_cell,
+    cost_row,
+    cost_text,
+    interval_cell,
+    sampler_row,
+)
 from verify.importer.gpu import _record
 from verify.series import read_series
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
@@ -184,16 +191,6 @@ def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | 
     return out
 
 
-def _sampler_row(label: str, host: dict) -> str:
-    step = host["difference_step_us"]
-    text = (
-        f"sample_tokens plain {host['plain_sample_tokens_us']:.0f} µs, penalized "
-        f"{host['penalized_sample_tokens_us']:.0f} µs ({host['difference_sample_tokens_us']:+.0f}"
-        f" µs; engine step {'-' if step is None else f'{step:+.0f}'} µs)"
-    )
-    return f"| {label} | {text} | - | {host['n']} | - |"
-
-
 def _kind(topkp: bool) -> str:
     return "top-k/top-p" if topkp else "no top-k/top-p"
 
@@ -236,26 +233,7 @@ def judge_stage(
     )
     shape = label or shape_of(stage)
     for (variant, topkp), r in found.items():
-        numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
-        rows.append(_cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
-        plain, pen = cells[(variant, False, topkp)], cells[(variant, True, topkp)]
-        per_step = step_ratio(rounds, plain, pen)
-        if per_step is not None:  # shown, not judged: tok/s is what a user gets
-            label = f"{variant} penalty cost per engine step (median step), {_kind(topkp)}"
-            numbers[f"{variant} penalized/plain median step ({_kind(topkp)}, not judged)"] = {
-                **per_step.as_dict(),
-                "slow_share_plain": median_of(rounds, plain, "steps", "slow_share"),
-                "slow_share_penalized": median_of(rounds, pen, "steps", "slow_share"),
-                "cpu_steal_plain": median_of(rounds, plain, "cpus", "steal"),
-                "cpu_steal_penalized": median_of(rounds, pen, "cpus", "steal"),
-                **gpu_diagnostics(rounds, plain, pen),
-            }
-            rows.append(_cost_row(f"{label}, not judged", per_step))
-        host = sampler_host(rounds, plain, pen)
-        if host is not None:  # shown, not judged: where the penalized step's time goes
-            numbers[f"{variant} sampler host per step ({_kind(topkp)}, not judged)"] = host
-            label = f"{variant} sampler host time per step (median), {_kind(topkp)}, not judged"
-            rows.append(_sampler_row(label, host))
+        _cost_shown(variant, topkp, r, rounds, cells, numbers, rows)
         if variant == "patched":
             what = f"{shape} {_kind(topkp)} tok/s"
             parts.append(not_slower(r, threshold, what, "penalized/plain"))
@@ -264,18 +242,9 @@ def judge_stage(
         if path is not None:
             label = f"penalized over plain, {_kind(topkp)}"
             numbers[f"patched/series ({label})"] = path.as_dict()
-            rows.append(_cost_row(f"patched / series, {label}", path, cost=False))
+            rows.append(cost_row(f"patched / series, {label}", path, cost=False))
             parts.append(not_slower(path, threshold, f"{shape} {label}", "patched/series"))
-    for (variant, pen, topkp), cell in cells.items():  # two engines of one build, plain
-        first = cells.get((variant[:-1], pen, topkp)) if variant.endswith("2") else None
-        same_build = ratio(rounds, first, cell) if first and not pen else None
-        if same_build is not None:  # shown beside patched/series on plain, not judged
-            what = f"{variant}/{variant[:-1]} (plain, {_kind(topkp)}, one build, not judged)"
-            numbers[what] = same_build.as_dict()
-            label = f"{variant} / {variant[:-1]} tok/s, plain, {_kind(topkp)}"
-            rows.append(
-                _cost_row(f"{label} (two engines of one build), not judged", same_build, cost=False)
-            )
+    _same_build_shown(rounds, cells, numbers, rows)
     for base in BASELINES:
         for (variant, pen, topkp), cell in cells.items():
             other = cells.get((base, pen, topkp))
@@ -285,12 +254,12 @@ def judge_stage(
             r = ratio(aa_rounds, other, cell)
             if r is not None:
                 numbers[f"patched/{base} ({what})"] = r.as_dict()
-                rows.append(_cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
+                rows.append(cost_row(f"patched / {base} tok/s, {what}", r, cost=False))
                 if base == "series" and not pen and by_run:  # the A/A, judged over all runs
                     pairs = engine_pairs_ratio(by_run, other, cell)
                     unit = f"{what}, over engine pairs (n = runs), not judged here"
                     numbers[f"patched/series ({unit})"] = pairs.as_dict()
-                    rows.append(_cost_row(f"patched / series tok/s, {unit}", pairs, cost=False))
+                    rows.append(cost_row(f"patched / series tok/s, {unit}", pairs, cost=False))
             if comparable(run["configs"][cell.split("/", 1)[1]]):
                 control = cells.get((f"{base}2", pen, topkp))
                 what_tokens = f"{shape} {what} tokens vs {base}"
@@ -299,6 +268,48 @@ def judge_stage(
                 if control:  # judged only against a second engine of the baseline's build
                     parts.append(verdict)
     return parts, numbers, rows
+
+
+def _cost_shown(
+    variant: str, topkp: bool, r: stats.Ratio, rounds: list, cells: dict, numbers: dict, rows: list
+) -> None:
+    """One variant's penalty cost in the numbers and rows, with what is shown beside it and
+    never judged: the cost per engine step and the sampler's host time per step."""
+    numbers[f"{variant} penalized/plain ({_kind(topkp)})"] = r.as_dict()
+    rows.append(cost_row(f"{variant} penalty cost, {_kind(topkp)}", r))
+    plain, pen = cells[(variant, False, topkp)], cells[(variant, True, topkp)]
+    per_step = step_ratio(rounds, plain, pen)
+    if per_step is not None:  # shown, not judged: tok/s is what a user gets
+        label = f"{variant} penalty cost per engine step (median step), {_kind(topkp)}"
+        numbers[f"{variant} penalized/plain median step ({_kind(topkp)}, not judged)"] = {
+            **per_step.as_dict(),
+            "slow_share_plain": median_of(rounds, plain, "steps", "slow_share"),
+            "slow_share_penalized": median_of(rounds, pen, "steps", "slow_share"),
+            "cpu_steal_plain": median_of(rounds, plain, "cpus", "steal"),
+            "cpu_steal_penalized": median_of(rounds, pen, "cpus", "steal"),
+            **gpu_diagnostics(rounds, plain, pen),
+        }
+        rows.append(cost_row(f"{label}, not judged", per_step))
+    host = sampler_host(rounds, plain, pen)
+    if host is not None:  # shown, not judged: where the penalized step's time goes
+        numbers[f"{variant} sampler host per step ({_kind(topkp)}, not judged)"] = host
+        label = f"{variant} sampler host time per step (median), {_kind(topkp)}, not judged"
+        rows.append(sampler_row(label, host))
+
+
+def _same_build_shown(rounds: list, cells: dict, numbers: dict, rows: list) -> None:
+    """Two engines of one build on plain requests (`<build>2` beside `<build>`): shown beside
+    patched/series, not judged."""
+    for (variant, pen, topkp), cell in cells.items():
+        first = cells.get((variant[:-1], pen, topkp)) if variant.endswith("2") else None
+        same_build = ratio(rounds, first, cell) if first and not pen else None
+        if same_build is not None:
+            what = f"{variant}/{variant[:-1]} (plain, {_kind(topkp)}, one build, not judged)"
+            numbers[what] = same_build.as_dict()
+            label = f"{variant} / {variant[:-1]} tok/s, plain, {_kind(topkp)}"
+            rows.append(
+                cost_row(f"{label} (two engines of one build), not judged", same_build, cost=False)
+            )
 
 
 def per_run_ratios(by_run: dict[str, list], base: str, var: str) -> dict[str, float]:
@@ -458,34 +469,6 @@ def _tokens_across_starts(
 CONFIG_NAME = re.compile(r"^(?P<sampling>.+)-b(?P<batch>\d+)-l(?P<length>\d+)$")
 
 
-def _cost_row(label: str, r: stats.Ratio, cost: bool = True) -> str:
-    share = _cost_text(r) if cost else "-"
-    mde = f"{r.mde:.1%}" if r.mde is not None else "-"
-    return f"| {label} | {_interval_text(r)} | {share} | {r.n} | {mde} |"
-
-
-def _interval_text(r: stats.Ratio) -> str:
-    interval = f"[{r.low:.3f}, {r.high:.3f}]" if r.low is not None else "(no interval)"
-    return f"{r.ratio:.3f} {interval}"
-
-
-def _interval_cell(r: stats.Ratio | None) -> str:
-    return "-" if r is None else _interval_text(r)
-
-
-def _cost_text(r: stats.Ratio) -> str:
-    """Penalty cost (1 - penalized/plain) with its interval, e.g. `2.5% [-0.1%, 5.0%]`."""
-    text = f"{1 - r.ratio:.1%}"
-    if r.low is not None:
-        text += f" [{1 - r.high:.1%}, {1 - r.low:.1%}]"
-    return text
-
-
-def _cost_cell(r: stats.Ratio | None) -> str:
-    """A key-table cell: the cost with its interval and rounds, or `not run`."""
-    return "not run" if r is None else f"{_cost_text(r)}, n={r.n}"
-
-
 KEY_HEADER = (
     "Penalty cost: 1 - penalized/plain output tok/s of one engine over the same rounds [95% CI],"
     " n rounds. patched / series, plain: tok/s of plain requests, the same work in both builds"
@@ -519,7 +502,7 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
             continue
         ran = {v for v, _, t in cells if t == topkp}
         cost = dict.fromkeys(BUILDS, "-")
-        cost |= {b: _cost_cell(found.get((b, topkp))) for b in builds if b in ran}
+        cost |= {b: cost_cell(found.get((b, topkp))) for b in builds if b in ran}
         plain_s, plain_p = (cells.get((b, False, topkp)) for b in ("series", "patched"))
         later = not pool.pristine_only
         aa = ratio(pool.one_gpu_rounds, plain_s, plain_p) if later and plain_s and plain_p else None
@@ -529,7 +512,7 @@ def key_rows(pool: Pool, found: dict) -> list[str]:
             f"| {pool.stage['batch']} | {pool.stage['output_len']} "
             f"| {_kind(topkp)}, {pool.seeded}{also} "
             f"| {cost['pristine']} | {cost['series']} | {cost['patched']} | {cost['mrv2']} "
-            f"| {_interval_cell(aa)} | {_interval_cell(path)} | {label} |"
+            f"| {interval_cell(aa)} | {interval_cell(path)} | {label} |"
         )
     return rows
 
@@ -795,7 +778,7 @@ def production_headline(pools: list[Pool], version: str) -> str | None:
         return None
     pool, r, cells, topkp = best
     found = costs(pool.run, pool.stage, pool.rounds)
-    cost = {b: _cost_text(found[(b, topkp)]) for b in BUILDS if (b, topkp) in found}
+    cost = {b: cost_text(found[(b, topkp)]) for b in BUILDS if (b, topkp) in found}
     names = {"patched": "this PR", "pristine": f"v{version}", "mrv2": f"v{version} on MRV2"}
     beside = "; ".join(f"{names[b]} {cost[b]}" for b in names if b in cost)
     config = pool.run["configs"][cells[("patched", True, topkp)].split("/", 1)[1]]
