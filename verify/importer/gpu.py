@@ -196,6 +196,45 @@ def _run_identity(run: dict) -> dict:
     }
 
 
+def _penalty_table(rounds: list[dict], cost: dict, mean_cost: dict) -> str:
+    """Per run and round: both variants' plain and penalized tok/s and their penalty costs."""
+    return "\n".join(
+        [
+            "| run, round | pristine plain | pristine penalties | cost | patched plain "
+            "| patched penalties | cost | penalties patched / pristine |",
+            "|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {r['run']} r{r['repeat']} | {r['pristine_plain']:.0f} "
+                f"| {r['pristine_penalties']:.0f} | {cp:.1%} | {r['patched_plain']:.0f} "
+                f"| {r['patched_penalties']:.0f} | {cq:.1%} "
+                f"| {r['patched_penalties'] / r['pristine_penalties']:.2f}x |"
+                for r, cp, cq in zip(rounds, cost["pristine"], cost["patched"], strict=True)
+            ),
+            f"| mean | | | {mean_cost['pristine']:.1%} | | | {mean_cost['patched']:.1%} | |",
+        ]
+    )
+
+
+def _penalty_attr_table(runs: list[dict]) -> str:
+    """The sampler's readiness-wait attribution per run, config and round (patch 0005)."""
+    return "\n".join(
+        [
+            ATTR_HEADER,
+            *(
+                row
+                for config in ("plain", "penalties")
+                for run in runs
+                for row in _round_attr_rows(
+                    run,
+                    config,
+                    {"patched": "patched"},
+                    f"{run['date'][11:16]} " if len(runs) > 1 else "",
+                )
+            ),
+        ]
+    )
+
+
 def penalties(version: str, step: str = "penalties-v1") -> dict | None:
     """Record of a V1 plain-vs-penalties step (penalties-v1: B=64, L=4096; -long: B=32,
     L=8160; -b128: B=128, L=2048)."""
@@ -236,37 +275,8 @@ def penalties(version: str, step: str = "penalties-v1") -> dict | None:
         "rounds of one run are interleaved, runs differ in machine state (spread of several "
         "points between runs)",
     }
-    table = "\n".join(
-        [
-            "| run, round | pristine plain | pristine penalties | cost | patched plain "
-            "| patched penalties | cost | penalties patched / pristine |",
-            "|---|---|---|---|---|---|---|---|",
-            *(
-                f"| {r['run']} r{r['repeat']} | {r['pristine_plain']:.0f} "
-                f"| {r['pristine_penalties']:.0f} | {cp:.1%} | {r['patched_plain']:.0f} "
-                f"| {r['patched_penalties']:.0f} | {cq:.1%} "
-                f"| {r['patched_penalties'] / r['pristine_penalties']:.2f}x |"
-                for r, cp, cq in zip(rounds, cost["pristine"], cost["patched"], strict=True)
-            ),
-            f"| mean | | | {mean_cost['pristine']:.1%} | | | {mean_cost['patched']:.1%} | |",
-        ]
-    )
-    attr = "\n".join(
-        [
-            ATTR_HEADER,
-            *(
-                row
-                for config in ("plain", "penalties")
-                for run in runs
-                for row in _round_attr_rows(
-                    run,
-                    config,
-                    {"patched": "patched"},
-                    f"{run['date'][11:16]} " if len(runs) > 1 else "",
-                )
-            ),
-        ]
-    )
+    table = _penalty_table(rounds, cost, mean_cost)
+    attr = _penalty_attr_table(runs)
     # Rule: identity per config, with pristine's own tokens across runs as the control
     # (engine starts differ: pristine against itself); speed: the penalties config's paired
     # per-round tok/s ratio must be resolved faster (the series' claim).
@@ -494,45 +504,6 @@ def state_claims(rows: list[dict]) -> tuple[list[tuple[str, str]], list[str]]:
     if "step" in benches:
         return [("step", "faster"), ("apply", "not slower")], sorted(benches & {"record"})
     return [("record", "faster"), ("apply", "not slower")], []
-
-
-def read_state_micro(version: str, step, entry, runs: list[Path]) -> dict | None:
-    """The importer loop's reader "penalty-state-micro": 0011's device penalty state, two forms
-    side by side (scripts/gpu_penalty_state_bench.py; the newest of `runs`), judged as
-    `state_claims` says (verify.verdicts.kernel: eager with L2 flushed and host per call; the
-    graph time is shown, never judged alone)."""
-    data = results.read_json(runs[-1])
-    if not data or not data.get("timed"):
-        return None
-    rows, machine, command, date = kernel_rows(data)
-    baseline = rows[0]["baseline"]
-    variant = next(n for n in data["variants"] if n != baseline)
-    judged, shown = state_claims(rows)
-    parts, tables, numbers = [], [], {}
-    limit = step.threshold
-    for bench, claim in judged:
-        mine = [r for r in rows if r["bench"] == bench]
-        parts.append(kernel.judge(mine, variant, limit, claim))
-        numbers[STATE_BENCHES[bench]] = parts[-1].numbers
-        tables.append(f"{bench} ({variant} / {baseline})\n\n" + _kernel_table(mine, variant))
-    for bench in shown:
-        mine = [r for r in rows if r["bench"] == bench]
-        tables.append(
-            f"{bench} ({variant} / {baseline}), not judged\n\n" + _kernel_table(mine, variant)
-        )
-    verdict = combine(parts)
-    reason = "; ".join(
-        f"{STATE_BENCHES[b]}: {p.reason}" for (b, _), p in zip(judged, parts, strict=True)
-    )
-    numbers["ratios"] = "variant/baseline time; below 1 is faster"
-    record = results.make(
-        step.records[0], entry.slug, version, verdict.outcome, numbers, reason=reason,
-        command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
-        patches=[entry.slug],
-    )  # fmt: skip
-    current = variant_is_current(data, variant, version, STATE_FILES)
-    results.restamp(record, results.series_hash(version) if current else "unknown")
-    return record
 
 
 def staging_003(version: str) -> dict | None:

@@ -1,4 +1,9 @@
-"""The host-time goal for 0011's penalty kernel: host time per call must not grow with
+"""0011's device penalty state on the GPU, two readers of the importer loop.
+
+The state micro (`read_state_micro`): two forms of the state side by side, judged as
+`verify.importer.gpu.state_claims` says.
+
+The host-time goal for the penalty kernel (`read`): host time per call must not grow with
 the output length L (scripts/gpu_penalty_state_length_bench.py; each length a "variant" of one
 shape, timed side by side, the shortest the baseline).
 
@@ -13,10 +18,19 @@ they grow with L by design.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from verify import results, stats
-from verify.importer.gpu import DEVICE_NOTE, STATE_FILES, kernel_rows, variant_is_current
-from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, performance
+from verify.importer.gpu import (
+    DEVICE_NOTE,
+    STATE_BENCHES,
+    STATE_FILES,
+    _kernel_table,
+    kernel_rows,
+    state_claims,
+    variant_is_current,
+)
+from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, kernel, performance
 
 
 def judge_lengths(rows: list[dict], threshold: float) -> tuple[Verdict, dict]:
@@ -66,5 +80,44 @@ def read(version: str, step, entry, runs: list) -> dict | None:
     )  # fmt: skip
     (name,) = data["variants"]
     current = variant_is_current(data, name, version, STATE_FILES)
+    results.restamp(record, results.series_hash(version) if current else "unknown")
+    return record
+
+
+def read_state_micro(version: str, step, entry, runs: list[Path]) -> dict | None:
+    """The importer loop's reader "penalty-state-micro": 0011's device penalty state, two forms
+    side by side (scripts/gpu_penalty_state_bench.py; the newest of `runs`), judged as
+    `state_claims` says (verify.verdicts.kernel: eager with L2 flushed and host per call; the
+    graph time is shown, never judged alone)."""
+    data = results.read_json(runs[-1])
+    if not data or not data.get("timed"):
+        return None
+    rows, machine, command, date = kernel_rows(data)
+    baseline = rows[0]["baseline"]
+    variant = next(n for n in data["variants"] if n != baseline)
+    judged, shown = state_claims(rows)
+    parts, tables, numbers = [], [], {}
+    limit = step.threshold
+    for bench, claim in judged:
+        mine = [r for r in rows if r["bench"] == bench]
+        parts.append(kernel.judge(mine, variant, limit, claim))
+        numbers[STATE_BENCHES[bench]] = parts[-1].numbers
+        tables.append(f"{bench} ({variant} / {baseline})\n\n" + _kernel_table(mine, variant))
+    for bench in shown:
+        mine = [r for r in rows if r["bench"] == bench]
+        tables.append(
+            f"{bench} ({variant} / {baseline}), not judged\n\n" + _kernel_table(mine, variant)
+        )
+    verdict = combine(parts)
+    reason = "; ".join(
+        f"{STATE_BENCHES[b]}: {p.reason}" for (b, _), p in zip(judged, parts, strict=True)
+    )
+    numbers["ratios"] = "variant/baseline time; below 1 is faster"
+    record = results.make(
+        step.records[0], entry.slug, version, verdict.outcome, numbers, reason=reason,
+        command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
+        patches=[entry.slug],
+    )  # fmt: skip
+    current = variant_is_current(data, variant, version, STATE_FILES)
     results.restamp(record, results.series_hash(version) if current else "unknown")
     return record

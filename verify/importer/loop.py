@@ -21,7 +21,7 @@ Reader = Callable[[str, registry.Step, registry.Entry, list[Path]], dict | None]
 READERS: dict[str, Reader] = {
     "penalty-state-check": gpu_penalty_check.read,
     "penalty-state-length": gpu_state_length.read,
-    "penalty-state-micro": gpu.read_state_micro,
+    "penalty-state-micro": gpu_state_length.read_state_micro,
 }
 
 
