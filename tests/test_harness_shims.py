@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verify.ab.__main__ import PLANT_SITE
+from verify.ab.variants import PLANT_SITE
 from verify.e2e.common import SHIMS
 
 
@@ -112,7 +112,7 @@ FAKE_LOGITS = (
 
 
 def test_the_logit_scale_shim_scales_every_logits_processor(tmp_path: Path):
-    from verify.ab.__main__ import LOGIT_SCALE_SITE
+    from verify.ab.variants import LOGIT_SCALE_SITE
 
     _fake_vllm(tmp_path, "vllm.model_executor.layers.logits_processor", FAKE_LOGITS)
     code = "from vllm.model_executor.layers.logits_processor import LogitsProcessor as L\n"
@@ -125,7 +125,7 @@ def test_the_logit_scale_shim_scales_every_logits_processor(tmp_path: Path):
 def test_a_planted_variant_stacks_its_shim_on_the_logit_scale(tmp_path: Path):
     """Two shims fix the same module: the planted one chains to the logit scale's, and both
     fix-ups run (verify.after_import passes a module through every finder that wants it)."""
-    from verify.ab.__main__ import LOGIT_SCALE_SITE
+    from verify.ab.variants import LOGIT_SCALE_SITE
 
     _fake_vllm(tmp_path, "vllm.model_executor.layers.logits_processor", FAKE_LOGITS)
     code = "import vllm.model_executor.layers.logits_processor as m\n"
@@ -136,7 +136,7 @@ def test_a_planted_variant_stacks_its_shim_on_the_logit_scale(tmp_path: Path):
 
 
 def test_a_variant_gets_the_logit_scale_shim_only_when_a_scale_is_asked(tmp_path, monkeypatch):
-    from verify.ab.__main__ import LOGIT_SCALE_SITE, variant_env
+    from verify.ab.variants import LOGIT_SCALE_SITE, variant_env
 
     monkeypatch.delenv("PATCHBENCH_LOGIT_SCALE", raising=False)
     plain = variant_env("a", ["/site"], {}, tmp_path)

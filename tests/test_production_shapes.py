@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from verify.ab import output_entropy
-from verify.ab.__main__ import PLANT_SITE, build_parser, parse_variant
+from verify.ab.__main__ import build_parser, parse_variant
+from verify.ab.variants import PLANT_SITE
 from verify.gpu import engine_aa, penalty_plan, shapes
 
 

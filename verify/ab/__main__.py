@@ -65,67 +65,14 @@ from verify.ab.engines import (
     worker_command,
 )
 from verify.ab.servers import Server, free_port, say
+from verify.ab.variants import parse_variant, variant_env
 
-PLANT_SITE = Path(__file__).resolve().parent / "plant"
-#: A dummy-weight model's calibrated logit scale for processes the harness does not drive
-#: (`vllm serve`): verify/ab/logit_scale.
-LOGIT_SCALE_SITE = Path(__file__).resolve().parent / "logit_scale"
-LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
-#: Diagnostic shims, each on a variant's path where its variable is set: 0011's device penalty
-#: state against a shadow (verify/ab/penalty_check), and the host output lists that upstream's
-#: penalties read against the sampled ids (verify/ab/penalty_history).
-DIAGNOSTIC_SITES = {
-    "PATCHBENCH_PENALTY_CHECK": Path(__file__).resolve().parent / "penalty_check",
-    "PATCHBENCH_PENALTY_HISTORY": Path(__file__).resolve().parent / "penalty_history",
-}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Engines' VLLM_PORT when the caller sets none: below Linux's ephemeral range (32768-60999),
 #: from which the port-0 binds of vLLM's default port choice draw. Each engine gets its own
 #: ENGINE_PORT_SPAN ports from the base: vLLM scans upward from VLLM_PORT for a free one.
 ENGINE_PORT_BASE = 20000
 ENGINE_PORT_SPAN = 100
-
-
-def parse_variant(spec: str, base_site: str) -> tuple[str, list[str], dict[str, str]]:
-    """`NAME=SITE[,K=V...]` -> (name, PYTHONPATH entries, extra env)."""
-    name, _, rest = spec.partition("=")
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise SystemExit(f"--variant {spec!r}: expected NAME=SITE[,KEY=VALUE...]")
-    site, *pairs = rest.split(",") if rest else [""]
-    env = dict(p.split("=", 1) for p in pairs if "=" in p)
-    bad = [p for p in pairs if "=" not in p]
-    if bad:
-        raise SystemExit(f"--variant {spec!r}: {bad} is not KEY=VALUE")
-    if site == "plant":
-        paths = [str(PLANT_SITE), base_site]
-    elif site and is_full_install(Path(site)):
-        paths = [site]  # a whole vLLM installation (e.g. a patched wheel's bundle): alone
-    else:
-        paths = [site or base_site] + ([base_site] if site and site != base_site else [])
-    return name, paths, env
-
-
-def is_full_install(site: Path) -> bool:
-    """Whether `site` holds an installed vLLM distribution (a wheel's dist-info), not overlay
-    files meant to be laid in front of the base site."""
-    return any(site.glob("vllm-*.dist-info/METADATA"))
-
-
-def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
-    """The process environment of one variant: its import roots (and, where a logit scale or
-    a diagnostic shim is asked for, the shims that do them), its own compile cache,
-    Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
-    merged = {**os.environ, **env}
-    if merged.get(LOGIT_SCALE_ENV):
-        paths = [*paths, str(LOGIT_SCALE_SITE)]
-    paths = [*paths, *(str(site) for var, site in DIAGNOSTIC_SITES.items() if merged.get(var))]
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(paths),
-        "VLLM_CACHE_ROOT": str(cache / name),
-        "TORCHINDUCTOR_DETERMINISTIC": "1",
-        **env,
-    }
 
 
 def cpu_plan(
@@ -930,7 +877,21 @@ each comparison's interval is over the blocks, so an engine instance's own offse
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m verify.ab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve", help="serving A/B of variants through vllm serve + bench serve")
+    _serve_arguments(
+        sub.add_parser("serve", help="serving A/B of variants through vllm serve + bench serve")
+    )
+    _engine_arguments(
+        sub.add_parser(
+            "engine",
+            help="generation A/B of variants x configs, one LLM per variant",
+            epilog=ENGINE_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    return parser
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--base-site", default="", help="the vLLM import root every variant builds on")
     p.add_argument("--variant", action="append", required=True, help="NAME=SITE[,KEY=VALUE...]")
@@ -958,12 +919,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default="ab-work")
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
-    p = sub.add_parser(
-        "engine",
-        help="generation A/B of variants x configs, one LLM per variant",
-        epilog=ENGINE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--base-site", default="", help="the vLLM import root every variant builds on")
     p.add_argument("--variant", action="append", required=True, help="NAME=SITE[,KEY=VALUE...]")
@@ -1015,7 +973,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--meta", help="a JSON object merged into the record (version, hashes...)")
     p.add_argument("--out", required=True)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
