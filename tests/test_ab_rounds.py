@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from verify.ab import rounds
-from verify.ab.__main__ import PLANT_SITE, parse_variant, planted_prediction
+from verify.ab.__main__ import parse_variant, planted_prediction
+from verify.ab.variants import PLANT_SITE
 
 
 def test_two_variants_alternate_and_each_leads_equally():

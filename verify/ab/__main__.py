@@ -229,6 +229,36 @@ def record_head(kind: str, args, variants: dict, machine: dict) -> dict:
     return record
 
 
+def serve_comparisons(
+    done: list, comparisons: list[tuple[str, str]], wanted: tuple[str, ...], threshold: float
+) -> list[dict]:
+    """Each baseline:variant pair compared on every wanted metric that every counted round of
+    every variant has (the first metric at the top level, as records of earlier runs had it)."""
+    counted = [r for r in done if not r.warmup]
+    metrics = [
+        m for m in wanted if counted and all(m in v for r in counted for v in r.values.values())
+    ]
+    for metric in sorted(set(wanted) - set(metrics)):
+        say(f"{metric}: not in every counted round of every variant, not compared")
+    found = []
+    for base, var in comparisons:
+        cmp: dict = {"baseline": base, "variant": var}
+        for metric in metrics:
+            result = ab_rounds.compare(
+                done, base, var, metric, threshold=threshold, higher_is_better=True
+            )
+            predicted = predicted_ratio(done, base, var, metric)
+            if predicted is not None:
+                result["predicted_if_all_on_critical_path"] = predicted
+            say(f"{metric}: {result['text']} -> {result['outcome']}")
+            if metric == wanted[0]:
+                cmp.update(result)
+            else:
+                cmp[metric] = result
+        found.append(cmp)
+    return found
+
+
 def serve(args) -> int:
     from verify.ab.vllm_bench import bench_args, run_bench
 
@@ -290,28 +320,7 @@ def serve(args) -> int:
             on_round=progress,
         )
     record["rounds"] = ab_rounds.as_records(done)
-    record["comparisons"] = []
-    counted = [r for r in done if not r.warmup]
-    metrics = [
-        m for m in wanted if counted and all(m in v for r in counted for v in r.values.values())
-    ]
-    for metric in sorted(set(wanted) - set(metrics)):
-        say(f"{metric}: not in every counted round of every variant, not compared")
-    for base, var in comparisons:
-        cmp: dict = {"baseline": base, "variant": var}
-        for metric in metrics:
-            result = ab_rounds.compare(
-                done, base, var, metric, threshold=args.threshold, higher_is_better=True
-            )
-            predicted = predicted_ratio(done, base, var, metric)
-            if predicted is not None:
-                result["predicted_if_all_on_critical_path"] = predicted
-            say(f"{metric}: {result['text']} -> {result['outcome']}")
-            if metric == wanted[0]:
-                cmp.update(result)  # the first metric at top level (records of earlier runs)
-            else:
-                cmp[metric] = result
-        record["comparisons"].append(cmp)
+    record["comparisons"] = serve_comparisons(done, comparisons, wanted, args.threshold)
     record["wall_s"] = round(time.monotonic() - started, 1)
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     say(f"wrote {args.out}")
