@@ -473,3 +473,19 @@ def test_a_records_own_headline_leads_the_body(make_tree, workspace):
     entry = ENTRY.replace(serve_step, serve_step + "headline = true\n")
     _, text = _build(make_tree, workspace, {"serve.json": serve}, entry)
     assert f"**Headline:** {line}" in text.split("## Test Plan")[0]
+
+
+def test_the_pin_readme_lists_its_harness_proofs(tmp_path):
+    """Records that prove the harness (registry.HARNESS_PROOFS) get a line each in the pin's
+    README; a pin without them gets none."""
+    from verify import report, results
+
+    record = results.make(
+        "gpu-penalty-history", "series", "0.22.0", "fail", reason="row 3 differs at step 9"
+    )
+    folder = tmp_path / "gpu" / "0.22.0"
+    folder.mkdir(parents=True)
+    (folder / "gpu-penalty-history.json").write_text(json.dumps(record))
+    lines = report.harness_proofs("0.22.0", tmp_path)
+    assert any("`gpu-penalty-history`" in line and "fail: row 3 differs" in line for line in lines)
+    assert report.harness_proofs("0.16.0", tmp_path) == []

@@ -92,7 +92,7 @@ CLAIMS = ("faster", "not slower")
 HARNESS_PROOFS = {
     "gpu-engine-resolution": "the engine-level A/B (python -m verify.ab engine) resolves a "
     "planted slowdown of the predicted size and holds its A/A within the target",
-    "gpu-penalty-history": "v0.22.0's V1 penalties read the true history: the host output "
+    "gpu-penalty-history": "V1's penalties read the true history: the host output "
     "lists after the async repair equal the ids the sampler returned (verify/ab/penalty_history)",
 }
 _REQUIRED = (

@@ -410,6 +410,25 @@ def evidence_for(
     return out
 
 
+def harness_proofs(version: str, results_root: Path | None = None) -> list[str]:
+    """The pin's harness proofs (registry.HARNESS_PROOFS: records that prove the harness, not
+    a patch), one line each with its outcome and reason; nothing when the pin has none."""
+    found = {
+        r["step"]: r
+        for r in results_mod.load_all(version, results_root)
+        if r["step"] in registry.HARNESS_PROOFS
+    }
+    if not found:
+        return []
+    lines = ["", "Harness proofs (they prove the measurement, not a patch):", ""]
+    for step in sorted(found):
+        record = found[step]
+        reason = f": {record['reason']}" if record.get("reason") else ""
+        lines.append(_wrap(f"- `{step}` ({registry.HARNESS_PROOFS[step]}): "
+                           f"{record['outcome']}{reason}", "  "))  # fmt: skip
+    return lines
+
+
 def build(
     version: str,
     out_root: Path | None = None,
@@ -455,6 +474,7 @@ def build(
         "headline, identity, related work, runner), or the checks that do not hold.",
     ]
     index[-1] = _wrap(index[-1])
+    index += harness_proofs(version, results_root)
     pages["README.md"] = scrub("\n".join(index)) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.md"), *out.glob("*.png")]:
