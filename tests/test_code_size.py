@@ -24,7 +24,7 @@ LONG_MODULES = {
     "verify/importer/gpu.py": 1150,
     "verify/ab/__main__.py": 993,
     "scripts/gpu_micro_000.py": 970,
-    "verify/importer/gpu_engine_ab.py": 934,
+    "verify/importer/gpu_engine_ab.py": 928,
     "scripts/gpu_verify.py": 945,
     "scripts/gpu_micro_002.py": 774,
     "verify/buildtree.py": 668,

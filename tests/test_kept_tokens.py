@@ -37,13 +37,13 @@ def test_a_build_differing_from_itself_on_a_common_prefix_is_found(gpu_results_r
         folder, "tokens-long.tar.xz", {"pristine-pen-b2-l4.json": [[1, 2, 3, 4], [5, 6, 7, 8]]}
     )
     _archive(folder, "tokens-short.tar.xz", {"pristine-pen-b2-l2.json": [[1, 2], [5, 6]]})
-    assert kept_tokens.disagreement("0.22.0", "pristine", "pen", 2) is None  # prefixes agree
+    assert kept_tokens.disagreement("0.22.0", "pristine", "pen-b2-l9") is None  # prefixes agree
     _archive(folder, "tokens-short.tar.xz", {"pristine-pen-b2-l2.json": [[1, 2], [5, 9]]})
     kept_tokens._read.cache_clear()
-    found = kept_tokens.disagreement("0.22.0", "pristine", "pen", 2)
+    found = kept_tokens.disagreement("0.22.0", "pristine", "pen-b2-l9")
     assert found and "request 1 from step 1 (6 vs 9)" in found
-    assert kept_tokens.disagreement("0.22.0", "patched", "pen", 2) is None  # another build
-    assert kept_tokens.disagreement("0.22.0", "pristine", "pen", 4) is None  # another batch
+    assert kept_tokens.disagreement("0.22.0", "patched", "pen-b2-l9") is None  # another build
+    assert kept_tokens.disagreement("0.22.0", "pristine", "pen-b4-l9") is None  # another batch
 
 
 def test_the_token_control_fails_where_kept_outputs_disagree(gpu_results_root: Path):

@@ -43,14 +43,20 @@ def pins_file() -> Path:
     return paths.repo_root() / "patches" / "pins.toml"
 
 
+def _toml(path: Path) -> dict[str, Any]:
+    """`path` parsed; invalid TOML is a ConfigError naming the file and the place."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from exc
+
+
 @functools.cache
 def _load(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        data = _toml(path)
     except FileNotFoundError as exc:
         raise ConfigError(f"no pin data at {path} ({PINS_ENV} or patches/pins.toml)") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from exc
     pins = data.get("pins")
     if not isinstance(pins, dict) or not pins:
         raise ConfigError(f'{path}: no [pins."X.Y.Z"] table')
@@ -121,10 +127,7 @@ UPSTREAM_TEST_KEYS = {
 
 @functools.cache
 def _upstream_tests(path: Path) -> dict[str, list[dict]]:
-    try:
-        data = tomllib.loads(path.read_text()) if path.exists() else {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from exc
+    data = _toml(path) if path.exists() else {}
     unknown = sorted(set(data) - set(UPSTREAM_TEST_KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")

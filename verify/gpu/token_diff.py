@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from verify.verdicts.identity import first_difference
+
 
 def first_differences(a: list[list[int]], b: list[list[int]]) -> list[dict]:
     """One entry per request whose outputs differ, in request order."""
@@ -19,9 +21,7 @@ def first_differences(a: list[list[int]], b: list[list[int]]) -> list[dict]:
         raise ValueError(f"{len(a)} requests against {len(b)}: not the same batch")
     out = []
     for row, (x, y) in enumerate(zip(a, b, strict=True)):
-        step = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), None)
-        if step is None and len(x) != len(y):
-            step = min(len(x), len(y))
+        step = first_difference(x, y)
         if step is None:
             continue
         ids = [seq[step] if step < len(seq) else None for seq in (x, y)]

@@ -449,11 +449,9 @@ def _tokens_across_starts(
         return Verdict(NOT_RUN, f"{what}: not judged across engine starts (no {absent})")
     build = base.split("/")[0]
     control_agrees = len(hashes[base] | hashes[control]) == 1
-    config = CONFIG_NAME.match(base.split("/", 1)[1])
     elsewhere = None
-    if control_agrees and version and config:
-        batch = int(config["batch"])
-        elsewhere = kept_tokens.disagreement(version, build, config["sampling"], batch)
+    if control_agrees and version:
+        elsewhere = kept_tokens.disagreement(version, build, base.split("/", 1)[1])
         control_agrees = elsewhere is None
     identical = hashes[cell] == hashes[base] and len(hashes[base]) == 1
     verdict = identity.judge(identical, control_agrees, what, baseline=build)
@@ -463,10 +461,6 @@ def _tokens_across_starts(
         same = f"identical across separate engine starts, {build} agreeing with its second engine"
         return Verdict(PASS, f"{what}: {same}")
     return verdict
-
-
-#: An engine config's name: `<sampling>-b<batch>-l<length>` (verify.gpu.penalty_plan).
-CONFIG_NAME = re.compile(r"^(?P<sampling>.+)-b(?P<batch>\d+)-l(?P<length>\d+)$")
 
 
 KEY_HEADER = (

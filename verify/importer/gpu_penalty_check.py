@@ -15,8 +15,9 @@ record gives none.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from verify.importer.gpu import _record
+from verify.importer.gpu import _record, gpu_root
 from verify.verdicts import FAIL, NOT_RUN, PASS, Verdict
 
 
@@ -59,12 +60,19 @@ def tokens_beside(run: dict) -> dict[str, str]:
     return seen
 
 
-def read(version: str, step, entry, runs: list) -> dict:
-    """The importer loop's reader: the record of the newest run of `runs` (by its date)."""
-    path = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
-    run = json.loads(path.read_text())
+def newest_with_findings(runs: list[Path]) -> tuple[Path, dict, Path, dict | None]:
+    """(path, run, findings path, findings or None) of the newest of `runs` by its date; the
+    findings are the shim's file beside it, raw/<stem>-findings.json."""
+    loaded = {path: json.loads(path.read_text()) for path in runs}
+    path = max(loaded, key=lambda p: loaded[p].get("date", ""))
     findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
     findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
+    return path, loaded[path], findings_path, findings
+
+
+def read(version: str, step, entry, runs: list) -> dict:
+    """The importer loop's reader: the record of the newest run of `runs` (by its date)."""
+    path, run, findings_path, findings = newest_with_findings(runs)
     verdict = judge_findings(findings)
     numbers = {
         "run": path.name,
@@ -110,15 +118,10 @@ def judge_history(findings: dict | None) -> Verdict:
 def history_records(version: str) -> list[dict]:
     """The harness proof of the newest history run of `version` (results/gpu/<v>/
     penalty-history*.json with raw/<stem>-findings.json); none without a run."""
-    from verify.importer import gpu
-
-    runs = sorted((gpu.gpu_root() / version).glob("penalty-history*.json"))
+    runs = sorted((gpu_root() / version).glob("penalty-history*.json"))
     if not runs:
         return []
-    path = max(runs, key=lambda p: json.loads(p.read_text()).get("date", ""))
-    run = json.loads(path.read_text())
-    findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
-    findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
+    path, run, _, findings = newest_with_findings(runs)
     numbers = {"run": path.name, "model": run.get("model"), "runner": run.get("runner"),
                "configs": run.get("configs"), "tokens": run.get("tokens")}  # fmt: skip
     if findings is not None:

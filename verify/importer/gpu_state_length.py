@@ -70,16 +70,27 @@ def read(version: str, step, entry, runs: list) -> dict | None:
     data = results.read_json(runs[-1])
     if not data or not data.get("timed"):
         return None
-    rows, machine, command, date = kernel_rows(data)
-    verdict, numbers = judge_lengths(rows, step.threshold)
+    timed = kernel_rows(data)
+    verdict, numbers = judge_lengths(timed[0], step.threshold)
     numbers["ratios"] = "host time at the longest L / the shortest; below 1 is faster"
+    (name,) = data["variants"]
+    return _state_record(version, step, entry, data, timed, name, verdict, numbers,
+                         [table(timed[0])])  # fmt: skip
+
+
+def _state_record(
+    version: str, step, entry, data: dict, timed: tuple, variant: str, verdict: Verdict,
+    numbers: dict, tables: list[str],
+) -> dict:  # fmt: skip
+    """The step's record of a timed penalty-state file (`timed`: its `kernel_rows`), stamped
+    with the series only where `variant` measured the build tree's penalty_state.py."""
+    _, machine, command, date = timed
     record = results.make(
         step.records[0], entry.slug, version, verdict.outcome, numbers, reason=verdict.reason,
-        command=f"{command}  {DEVICE_NOTE}", tables=[table(rows)], machine=machine, date=date,
+        command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
         patches=[entry.slug],
     )  # fmt: skip
-    (name,) = data["variants"]
-    current = variant_is_current(data, name, version, STATE_FILES)
+    current = variant_is_current(data, variant, version, STATE_FILES)
     results.restamp(record, results.series_hash(version) if current else "unknown")
     return record
 
@@ -92,7 +103,8 @@ def read_state_micro(version: str, step, entry, runs: list[Path]) -> dict | None
     data = results.read_json(runs[-1])
     if not data or not data.get("timed"):
         return None
-    rows, machine, command, date = kernel_rows(data)
+    timed = kernel_rows(data)
+    rows = timed[0]
     baseline = rows[0]["baseline"]
     variant = next(n for n in data["variants"] if n != baseline)
     judged, shown = state_claims(rows)
@@ -108,16 +120,9 @@ def read_state_micro(version: str, step, entry, runs: list[Path]) -> dict | None
         tables.append(
             f"{bench} ({variant} / {baseline}), not judged\n\n" + _kernel_table(mine, variant)
         )
-    verdict = combine(parts)
     reason = "; ".join(
         f"{STATE_BENCHES[b]}: {p.reason}" for (b, _), p in zip(judged, parts, strict=True)
     )
     numbers["ratios"] = "variant/baseline time; below 1 is faster"
-    record = results.make(
-        step.records[0], entry.slug, version, verdict.outcome, numbers, reason=reason,
-        command=f"{command}  {DEVICE_NOTE}", tables=tables, machine=machine, date=date,
-        patches=[entry.slug],
-    )  # fmt: skip
-    current = variant_is_current(data, variant, version, STATE_FILES)
-    results.restamp(record, results.series_hash(version) if current else "unknown")
-    return record
+    verdict = Verdict(combine(parts).outcome, reason)
+    return _state_record(version, step, entry, data, timed, variant, verdict, numbers, tables)

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify.importer import gpu
+from verify.verdicts.identity import first_difference
 
-MEMBER = re.compile(
-    r"^(?P<builds>[a-z0-9]+(?:-and-[a-z0-9]+)*)-(?P<sampling>.+)-b(?P<batch>\d+)-l(?P<length>\d+)$"
-)
+#: An engine config's name, `<sampling>-b<batch>-l<length>` (verify.gpu.penalty_plan).
+CONFIG = r"(?P<sampling>.+)-b(?P<batch>\d+)-l(?P<length>\d+)"
+CONFIG_NAME = re.compile(f"^{CONFIG}$")
+MEMBER = re.compile(rf"^(?P<builds>[a-z0-9]+(?:-and-[a-z0-9]+)*)-{CONFIG}$")
 
 
 @dataclass(frozen=True)
@@ -58,18 +60,21 @@ def load(version: str) -> list[Kept]:
     return [k for p in paths for k in _read(p, p.stat().st_mtime)]
 
 
-def disagreement(version: str, build: str, sampling: str, batch: int) -> str | None:
-    """Where two kept outputs of `build` (same sampling and batch, any lengths) differ on their
-    common prefix, as text naming both runs, the request and the step; None if they agree or
-    fewer than two were kept."""
-    mine = [k for k in load(version) if build in k.builds and (k.sampling, k.batch) == (
-        sampling, batch)]  # fmt: skip
+def disagreement(version: str, build: str, config: str) -> str | None:
+    """Where two kept outputs of `build` at engine config `config`'s sampling and batch (any
+    lengths) differ on their common prefix, as text naming both runs, the request and the
+    step; None if they agree, fewer than two were kept or `config` is no such name."""
+    found = CONFIG_NAME.match(config)
+    if found is None:
+        return None
+    key = (found["sampling"], int(found["batch"]))
+    mine = [k for k in load(version) if build in k.builds and (k.sampling, k.batch) == key]
     for i, a in enumerate(mine):
         for b in mine[i + 1 :]:
             for request, (x, y) in enumerate(zip(a.outputs, b.outputs, strict=True)):
                 n = min(len(x), len(y))
-                if x[:n] != y[:n]:
-                    step = next(s for s in range(n) if x[s] != y[s])
+                step = first_difference(x[:n], y[:n])
+                if step is not None:
                     return (
                         f"{build} at L={a.length} ({a.archive}) and at L={b.length} "
                         f"({b.archive}) differ in request {request} from step {step} "
