@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from verify.importer import gpu
+from verify.importer import gpu, loop
 
 META = {
     "command": "gpu_verify.py --steps x",
@@ -354,6 +354,7 @@ def _ab_file(effects: dict[str, float], predicted: float, **kw) -> dict:
         for v in effects if v != "pristine"
     ]  # fmt: skip
     return {
+        "workload": "mrv2",
         "machine": {"python": "3.12", "cpu": "x", "gpu": "H100", "torch": "2.11"},
         "variants": variants,
         "rounds": _ab_rounds(effects, **kw),
@@ -362,10 +363,15 @@ def _ab_file(effects: dict[str, float], predicted: float, **kw) -> dict:
     }
 
 
+def _serve_ab(version: str) -> list[dict]:
+    """The serving A/B records the importer loop makes for `version` (registry reader serve-ab)."""
+    return [r for r in loop.records(version) if r["step"].startswith("gpu-serve-ab")]
+
+
 def test_serve_ab_judges_the_engine_rate_with_the_runs_controls(mod: ModuleType, tmp_path: Path):
     effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "only-0001": 1.05}
     _write(tmp_path, "ab-serve", _ab_file(effects, predicted=0.97))
-    (record,) = mod.serve_ab("0.22.0")
+    (record,) = _serve_ab("0.22.0")
     assert record["step"] == "gpu-serve-ab"
     assert record["numbers"]["metric"] == "server_token_rate"
     assert record["numbers"]["calibration"] == "pass"  # A/A within 1%, planted at its size
@@ -385,7 +391,7 @@ def test_serve_ab_is_inconclusive_when_a_control_fails(
 ):
     effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "only-0001": 1.05}
     _write(tmp_path, "ab-serve", _ab_file({**effects, control: effect}, predicted=0.97))
-    (record,) = mod.serve_ab("0.22.0")
+    (record,) = _serve_ab("0.22.0")
     assert record["outcome"] == "inconclusive"
     assert reason in record["reason"]
 
@@ -394,11 +400,41 @@ def test_serve_ab_ngram_compares_the_patch_on_top_of_its_base(mod: ModuleType, t
     effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "at-0005": 1.0, "at-0006": 1.0}
     data = _ab_file(effects, predicted=0.97)
     data["comparisons"][-1]["baseline"] = "at-0005"
-    _write(tmp_path, "ab-serve-ngram", data)
-    (record,) = mod.serve_ab("0.22.0")
+    _write(tmp_path, "ab-serve-ngram", {**data, "workload": "ngram"})
+    (record,) = _serve_ab("0.22.0")
     assert record["step"] == "gpu-serve-ab-ngram"
     assert (record["numbers"]["baseline"], record["numbers"]["variant"]) == ("at-0005", "at-0006")
     assert record["outcome"] == "no difference resolved"
+
+
+def test_serve_ab_reader_judges_the_newest_production_shape_run_into_the_registry_record(
+    mod: ModuleType, tmp_path: Path
+):
+    """The loop reader `serve-ab`: the registry step's record name, the newest run by date, and
+    the model shape and logit scale in the workload; a failed A/A still makes it inconclusive."""
+    effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "only-0001": 1.05}
+    shape = {"workload": "mrv2", "model": "qwen3-8b", "logit_scale": "667142.7"}
+    old = {**_ab_file({**effects, "pristine2": 1.04}, predicted=0.97), **shape}
+    new = {**_ab_file(effects, predicted=0.97), **shape, "date": "2026-12-02T00:00:00+00:00"}
+    _write(tmp_path, "ab-serve-qwen3-8b-a", new)
+    _write(tmp_path, "ab-serve-qwen3-8b-b", {**old, "date": "2026-11-30T00:00:00+00:00"})
+    made = {r["step"]: r for r in loop.records("0.22.0")}
+    record = made["gpu-serve-ab-qwen3-8b"]
+    assert record["outcome"] == "pass" and record["date"].startswith("2026-12-02")
+    assert "qwen3-8b shape on vLLM's dummy weights" in record["numbers"]["workload"]
+    assert "667143" in record["numbers"]["workload"]
+    _write(tmp_path, "ab-serve-qwen3-8b-b", {**old, "date": "2026-12-03T00:00:00+00:00"})
+    record = {r["step"]: r for r in loop.records("0.22.0")}["gpu-serve-ab-qwen3-8b"]
+    assert record["outcome"] == "inconclusive" and "excludes 1" in record["reason"]
+
+
+def test_serve_ab_run_of_an_unknown_workload_is_a_named_error(mod: ModuleType, tmp_path: Path):
+    from verify.importer.gpu_serve_ab import UnknownWorkload
+
+    effects = {"pristine": 1.0, "pristine2": 1.0, "planted": 0.97, "only-0001": 1.05}
+    _write(tmp_path, "ab-serve", {**_ab_file(effects, predicted=0.97), "workload": "chat"})
+    with pytest.raises(UnknownWorkload, match="ab-serve.json: workload 'chat'; known: mrv2"):
+        _serve_ab("0.22.0")
 
 
 def _grit_file(effects: dict[str, float], short: dict[str, int] | None = None) -> dict:
@@ -420,6 +456,7 @@ def _grit_file(effects: dict[str, float], short: dict[str, int] | None = None) -
                    for v in effects if v != "pristine"]  # fmt: skip
     comparisons[1]["predicted_if_all_on_critical_path"] = 0.98
     return {
+        "workload": "grit",
         "vllm_version": "0.18.1",
         "machine": {"python": "3.12", "cpu": "x", "gpu": "H100", "torch": "2.11"},
         "variants": {name: {"pythonpath": [], "env": {}} for name in effects},
@@ -440,10 +477,10 @@ def _write_grit(root: Path, data: dict) -> None:
 
 def test_serve_ab_grit_judges_request_throughput_on_the_0181_pin(mod: ModuleType, tmp_path):
     _write_grit(tmp_path, _grit_file(GRIT))
-    (record,) = mod.serve_ab("0.18.1")
+    (record,) = _serve_ab("0.18.1")
     assert (record["step"], record["seed"], record["vllm_version"]) == (
         "gpu-serve-ab-grit",
-        "002",
+        "pooling-prompt-ids-on-cpu",
         "0.18.1",
     )
     assert list(record["patches"]) == ["pooling-prompt-ids-on-cpu"]
@@ -473,7 +510,7 @@ def test_serve_ab_grit_controls_decide_what_the_ratio_means(
     mod: ModuleType, tmp_path, change, outcome, reason
 ):
     _write_grit(tmp_path, _grit_file({**GRIT, **change}))
-    (record,) = mod.serve_ab("0.18.1")
+    (record,) = _serve_ab("0.18.1")
     assert record["outcome"] == outcome
     assert reason in record["reason"]
 
@@ -485,7 +522,7 @@ def test_serve_ab_failed_requests_are_never_a_pass(mod: ModuleType, tmp_path, sh
     """A server that fails requests finishes its benchmark sooner: the patched one failing is
     a fail, a control failing leaves the run inconclusive."""
     _write_grit(tmp_path, _grit_file(GRIT, short))
-    (record,) = mod.serve_ab("0.18.1")
+    (record,) = _serve_ab("0.18.1")
     assert record["outcome"] == outcome
     assert "requests failed" in record["reason"]
     assert record["numbers"]["rounds_with_failed_requests"] == short
@@ -499,23 +536,21 @@ def test_serve_ab_grit_without_request_throughput_is_a_named_error(mod: ModuleTy
         del rnd["values"]["planted"]["request_throughput"]
     _write_grit(tmp_path, data)
     with pytest.raises(PatchbenchError, match="ab-serve-grit.json: no counted round has"):
-        mod.serve_ab("0.18.1")
+        _serve_ab("0.18.1")
 
 
 def test_serve_ab_grit_says_when_the_servers_ran_eager(mod: ModuleType, tmp_path):
     data = _grit_file(GRIT)
     _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0 --enforce-eager"]})
-    (record,) = mod.serve_ab("0.18.1")
+    (record,) = _serve_ab("0.18.1")
     assert "vllm serve ran with --enforce-eager" in record["numbers"]["workload"]
     _write_grit(tmp_path, {**data, "argv": ["serve", "--serve-args", "--seed 0"]})
-    (record,) = mod.serve_ab("0.18.1")
+    (record,) = _serve_ab("0.18.1")
     assert "enforce-eager" not in record["numbers"]["workload"]
 
 
 def _state_micro_record(version: str) -> dict:
     """The importer loop's record of the penalty-state micro (its registry step names it)."""
-    from verify.importer import loop
-
     (record,) = [r for r in loop.records(version) if r["step"] == "microbench-gpu-003-state"]
     return record
 

@@ -14,20 +14,16 @@ import statistics
 from pathlib import Path
 
 from verify import build_ab, paths, registry, results, sparse_penalties, stats
-from verify.ab import rounds as ab_rounds
-from verify.errors import PatchbenchError
 from verify.importer.cpu import build_effect
 from verify.series import read_series
 from verify.verdicts import (
     FAIL,
-    INCONCLUSIVE,
     Verdict,
     combine,
     growth,
     identity,
     kernel,
     performance,
-    resolution,
     serve_bench,
 )
 from verify.verdicts.growth import length_growth
@@ -970,163 +966,9 @@ def _patch_numbers(version: str, step: str) -> dict[str, str]:
     return {slug: numbers[slug] for slug in slugs if slug in numbers}
 
 
-#: The metrics a serving A/B is judged on: the engine's token rate (the inverse of the server's
-#: own mean inter-token latency, free of the benchmark client's overhead), the client's output
-#: throughput, and for a pooling server (no tokens generated) the client's request throughput.
-SERVE_METRICS = {
-    "server_token_rate": "engine token rate (1 / server mean ITL)",
-    "output_throughput": "client output throughput",
-    "request_throughput": "client request throughput",
-}
-GENERATION = ("server_token_rate", "output_throughput")  # in order of preference
-
-#: Serving A/B runs of the A/B core (scripts/gpu_ab.sh): step file -> (record, seed, workload,
-#: the metrics it may be judged on, in order of preference: the first the run has is judged).
-SERVE_AB = {
-    "ab-serve": (
-        "gpu-serve-ab",
-        "000",
-        "vllm bench serve in process, random 2 in / 512 out, 128 prompts, rate inf, "
-        "--ignore-eos, MRV2 (the default runner for Qwen3)",
-        GENERATION,
-    ),
-    "ab-serve-ngram": (
-        "gpu-serve-ab-ngram",
-        "010",
-        "vllm bench serve in process, random 64 in / 512 out, 16 prompts, 4 at a time, "
-        "temperature 1, --ignore-eos; V1 runner with ngram speculative decoding (4 tokens); a "
-        "random model that repeats its last token, so drafts are proposed at every step",
-        GENERATION,
-    ),
-    "ab-serve-grit": (
-        "gpu-serve-ab-grit",
-        "002",
-        "vllm bench serve in process, --backend openai-embeddings --endpoint /v1/embeddings, "
-        "custom dataset of 2000 GritLM instruction prompts (upstream PR #38139's), rate inf, "
-        "100 warm-up requests per run; vllm serve --runner pooling --max-model-len 4000 on a "
-        "random-weight GritLM (Llama body, 12 layers, hidden 1024) whose tokenizer yields the "
-        "instruction pattern the GritLM pooler trims (verify/gpu/gritlm.py)",
-        ("request_throughput",),
-    ),
-}
-
-
-def _patch_comparison(src: dict, number: str) -> tuple[str, str] | None:
-    """(baseline, variant) of the run's comparison for patch `number`: `only-NNNN` against
-    pristine, or `at-NNNN` against the series one patch earlier."""
-    for cmp in src["comparisons"]:
-        if cmp["variant"] in (f"only-{number}", f"at-{number}"):
-            return cmp["baseline"], cmp["variant"]
-    return None
-
-
-def _predicted(comparison: dict, metric: str) -> float | None:
-    """The planted comparison's expected ratio of `metric` (the first metric of the run sits
-    at the comparison's top level, the others under their names)."""
-    entry = comparison.get(metric) or (comparison if comparison.get("metric") == metric else {})
-    return entry.get("predicted_if_all_on_critical_path")
-
-
-def short_rounds(rounds: list[ab_rounds.Round]) -> dict[str, int]:
-    """{variant: counted rounds in which it completed fewer requests than the run's most}: a
-    server that failed requests (a failed request shortens the benchmark, not its rate)."""
-    done = [v["completed"] for r in rounds for v in r.values.values() if "completed" in v]
-    most = max(done, default=0)
-    short: dict[str, int] = {}
-    for rnd in rounds:
-        for name, values in rnd.values.items():
-            if values.get("completed", most) < most:
-                short[name] = short.get(name, 0) + 1
-    return short
-
-
-def _serve_ab_record(version: str, name: str) -> list[dict]:
-    record_step, seed, workload, judged = SERVE_AB[name]
-    src = _load(version, name)
-    if not src:
-        return []
-    done = ab_rounds.from_records(src["rounds"])
-    counted = [r for r in done if not r.warmup]
-    present = [m for m in judged if all(m in v for r in counted for v in r.values.values())]
-    if not present:
-        raise PatchbenchError(
-            f"{gpu_root() / version / name}.json: no counted round has {' or '.join(judged)} "
-            "for every variant (what this workload is judged on); re-run scripts/gpu_ab.sh"
-        )
-    metric = present[0]
-    planted_cmp = next(c for c in src["comparisons"] if c["variant"] == "planted")
-    aa = ab_rounds.paired(done, "pristine", "pristine2", metric)
-    planted = ab_rounds.paired(done, "pristine", "planted", metric)
-    calibration = resolution.judge(aa, planted, _predicted(planted_cmp, metric))
-    short = short_rounds(counted)
-    eager = (
-        "; vllm serve ran with --enforce-eager (gpu_ab.sh's retry after the servers failed to "
-        "start with compilation)"
-        if "--enforce-eager" in " ".join(src.get("argv", []))
-        else ""
-    )
-    controls = [("pristine2 / pristine (A/A)", "pristine", "pristine2")]
-    controls.append(("planted / pristine", "pristine", "planted"))
-    wheel = (
-        [("patched CUDA wheel / pristine", "pristine", "wheel")]
-        if "wheel" in src["variants"]
-        else []
-    )
-    out = []
-    for number in _patch_numbers(version, record_step).values():
-        pair = _patch_comparison(src, number)
-        if pair is None:
-            continue  # this run did not measure the patch
-        rows = ["| comparison | metric | ratio [95% CI] | n | MDE |", "|---|---|---|---|---|"]
-        for m in present:
-            for title, base, var in [*controls, (f"{pair[1]} / {pair[0]}", *pair), *wheel]:
-                r = ab_rounds.paired(done, base, var, m)
-                rows.append(f"| {title} | {SERVE_METRICS[m]} | {r.text()} | {r.n} | {r.mde:.1%} |")
-        ratio = ab_rounds.paired(done, *pair, metric)
-        what = SERVE_METRICS[metric]
-        limit = registry.threshold(version, record_step)
-        perf = performance.judge(ratio, limit, claim="faster", lower_is_better=False, what=what)
-        failed = ", ".join(f"{v} in {n} of {len(counted)} rounds" for v, n in sorted(short.items()))
-        if pair[1] in short:
-            verdict = Verdict(
-                FAIL, f"requests failed ({failed}): fewer completed than the run's most"
-            )
-        elif short:
-            verdict = Verdict(INCONCLUSIVE, f"requests failed ({failed}); {perf.reason}")
-        elif calibration.outcome == FAIL:
-            verdict = Verdict(INCONCLUSIVE, f"the run's controls failed: {calibration.reason}")
-        else:
-            verdict = Verdict(perf.outcome, f"{perf.reason}; this run {calibration.reason}")
-        numbers = {
-            "metric": metric,
-            "baseline": pair[0],
-            "variant": pair[1],
-            "ratio": ratio.as_dict(),
-            "calibration": calibration.outcome,
-            **calibration.numbers,
-            "startup_s": src["startup_s"],
-            "wheel": src.get("wheel"),
-            "workload": f"{workload}; {len(src['variants'])} servers on one H100, one "
-            "measurement per variant per round, rotating order, warm-up rounds discarded" + eager,
-        }
-        if short:
-            numbers["rounds_with_failed_requests"] = short
-        tokens = {v.get("total_input_tokens") for r in counted for v in r.values.values()} - {None}
-        if tokens:  # what the server counted (usage.prompt_tokens): the prompts' real length
-            numbers["total_input_tokens_per_run"] = sorted(tokens)
-        tables = ["\n".join(rows)]
-        out.append(_record(src, record_step, seed, verdict, numbers, tables=tables))
-    return out
-
-
-def serve_ab(version: str) -> list[dict]:
-    """`python -m verify.ab serve` runs (scripts/gpu_ab.sh): one record per patch the run
-    measured, judged only where the same rounds' A/A and planted controls behaved."""
-    return [record for name in SERVE_AB for record in _serve_ab_record(version, name)]
-
-
 def records(version: str) -> list[dict]:
     """Every GPU-tier record of `version` that its step files allow."""
+
     made = [
         penalties(version),
         penalties(version, "penalties-v1-long"),
@@ -1136,7 +978,6 @@ def records(version: str) -> list[dict]:
         embeddings(version),
         upstream_tests(version),
         *serving(version),
-        *serve_ab(version),
         *gsm8k(version),
         spec_ngram(version),
         micro_000(version),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from verify import paths, registry
 from verify.errors import PatchbenchError
-from verify.importer import gpu, gpu_penalty_check, gpu_state_length
+from verify.importer import gpu, gpu_penalty_check, gpu_serve_ab, gpu_state_length
 
 Reader = Callable[[str, registry.Step, registry.Entry, list[Path]], dict | None]
 
@@ -22,6 +22,7 @@ READERS: dict[str, Reader] = {
     "penalty-state-check": gpu_penalty_check.read,
     "penalty-state-length": gpu_state_length.read,
     "penalty-state-micro": gpu_state_length.read_state_micro,
+    "serve-ab": gpu_serve_ab.read,
 }
 
 
