@@ -33,3 +33,25 @@ def test_record_per_seed(tmp_path):
     assert r001["outcome"] == "fail"
     assert r001["numbers"]["failed_tests"] == ["tests.equivalence.test_001_recovered.test_c"]
     assert r002["outcome"] == "not run"
+
+
+def test_a_module_without_a_seed_number_is_recorded_under_its_own_name(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.equivalence.test_mrv2_penalty_rows" name="test_a[0]"/>'
+        '<testcase classname="tests.equivalence.test_mrv2_penalty_rows" name="test_b">'
+        '<failure message="differ">AssertionError</failure></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert record.record("0.22.0", junit, "nox -s equivalence-0.22.0", tmp_path) is False
+    found = json.loads(
+        (tmp_path / "cpu" / "0.22.0" / "equivalence-mrv2-penalty-rows.json").read_text()
+    )
+    assert (found["outcome"], found["numbers"]["passed"], found["numbers"]["failed"]) == (
+        "fail",
+        1,
+        1,
+    )
+    assert record.group_of("tests.equivalence.test_003_penalties") == "003"
+    assert record.group_of("tests.conftest") is None

@@ -82,9 +82,9 @@ KINDS = (
     "embeddings",
     "attribution",
 )
-RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth")
+RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth", "memory")
 #: The rules that judge a measured performance claim (the rest judge correctness).
-PERF_RULES = ("kernel", "performance", "growth", "serve-bench")
+PERF_RULES = ("kernel", "performance", "growth", "serve-bench", "memory")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
 #: Records that prove a harness, not a patch (every variant they measure is pristine): no

@@ -22,9 +22,7 @@ needs processing.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import inspect
 import random
 from types import SimpleNamespace
 
@@ -32,7 +30,10 @@ import numpy as np
 import pytest
 import torch
 
-from verify.equivalence.roots import ImportRoot
+from tests.equivalence.mrv2_cpu import interpreter_roots
+
+# test_003_penalties_one_pass imports it from here
+from tests.equivalence.mrv2_cpu import two_roots_importable as _two_roots_importable  # noqa: F401
 
 pytestmark = pytest.mark.pins("0.22.0")
 
@@ -42,117 +43,29 @@ MAX_MODEL_LEN = 48
 VOCAB = 160  # small: the Triton interpreter runs every program instance in numpy
 
 
-@contextlib.contextmanager
-def _two_roots_importable(roots):
-    """Let two vLLM roots be imported in one process (as in test_002/3/4; candidate for
-    tests/equivalence/conftest.py): skip the second root's torch opaque-type, custom-op
-    and torch.library registrations (no custom op runs here)."""
-    try:
-        from torch._library import opaque_object
-    except ImportError:
-        opaque_object = None
-    with pytest.MonkeyPatch.context() as mp:
-        if opaque_object is not None:
-            original = opaque_object.register_opaque_type
-
-            def register_opaque_once(cls, *args, **kwargs):
-                name = f"{cls.__module__}.{cls.__qualname__}"
-                known = opaque_object._OPAQUE_TYPES_BY_NAME.get(name)
-                if known is not None:
-                    opaque_object._OPAQUE_TYPES[cls] = known
-                    return None
-                return original(cls, *args, **kwargs)
-
-            mp.setattr(opaque_object, "register_opaque_type", register_opaque_once)
-        for meth in ("define", "impl", "_register_fake"):
-            orig_meth = getattr(torch.library.Library, meth, None)
-            if orig_meth is None:
-                continue
-
-            def tolerant(self, *args, _orig=orig_meth, **kwargs):
-                try:
-                    return _orig(self, *args, **kwargs)
-                except RuntimeError as e:
-                    if "multiple times" in str(e) or "already" in str(e):
-                        return None
-                    raise
-
-            mp.setattr(torch.library.Library, meth, tolerant)
-        for root in roots:
-            with root.active():
-                tu = importlib.import_module("vllm.utils.torch_utils")
-                orig_op = tu.direct_register_custom_op
-                if getattr(orig_op, "_patchbench_once", False):
-                    continue
-                sig = inspect.signature(orig_op)
-
-                def register_op_once(*args, _orig=orig_op, _sig=sig, _tu=tu, **kwargs):
-                    bound = _sig.bind(*args, **kwargs)
-                    lib = bound.arguments.get("target_lib") or _tu.vllm_lib
-                    if hasattr(getattr(torch.ops, lib.ns), bound.arguments["op_name"]):
-                        return None
-                    return _orig(*args, **kwargs)
-
-                register_op_once._patchbench_once = True
-                mp.setattr(tu, "direct_register_custom_op", register_op_once)
-        yield
-
-
-class _CpuUvaBuffer:
-    """Stand-in for buffer_utils.UvaBuffer without an accelerator: the "UVA" view is
-    the CPU tensor itself."""
-
-    def __init__(self, size, dtype):
-        self.cpu = torch.zeros(size, dtype=dtype, device="cpu")
-        self.np = self.cpu.numpy()
-        self.uva = self.cpu
-
-
 @pytest.fixture(scope="module")
 def mods(pristine, patched):
-    # Fresh import roots (own sys.modules snapshot) so that vllm.triton_utils and the
-    # @triton.jit kernels are created with the interpreter on, whatever other test
-    # modules imported before.
-    fresh = [ImportRoot(r.path, f"{r.label} (triton interpreter)") for r in (pristine, patched)]
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TRITON_INTERPRET", "1")
-        env.setenv("CUDA_VISIBLE_DEVICES", "")
-        with _two_roots_importable(fresh):
-            out = []
-            for root in fresh:
-                with root.active():
-                    tu = importlib.import_module("vllm.triton_utils")
-                    if not tu.HAS_TRITON:
-                        pytest.skip("vllm.triton_utils did not enable Triton on CPU")
-                    bu = importlib.import_module("vllm.v1.worker.gpu.buffer_utils")
-                    bu.UvaBuffer = _CpuUvaBuffer
-                    # Its default pin_memory=PIN_MEMORY is bound at import; no pinned
-                    # allocator exists without an accelerator.
-                    h2d = bu.async_tensor_h2d
-
-                    def h2d_unpinned(data, dtype, device, pin_memory=False, _f=h2d):
-                        return _f(data, dtype, device, pin_memory=False)
-
-                    bu.async_tensor_h2d = h2d_unpinned
-                    pen = importlib.import_module(f"{SAMPLE}.penalties")
-                    pen.async_tensor_h2d = h2d_unpinned
-                    # top-k/top-p: batches >= 8 take the Triton path, which asks the
-                    # platform for its SM count (none on CPU). Use the PyTorch path in
-                    # both roots (the same, unpatched code; it runs on the FP32 copy).
-                    st = importlib.import_module(f"{SAMPLE}.states")
-                    tkp = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
-                    st.apply_top_k_top_p = tkp.apply_top_k_top_p_pytorch
-                    out.append(
-                        SimpleNamespace(
-                            root=root,
-                            sampler=importlib.import_module(f"{SAMPLE}.sampler"),
-                            states=importlib.import_module("vllm.v1.worker.gpu.states"),
-                            rej=importlib.import_module(
-                                "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
-                            ),
-                        )
+    with interpreter_roots(pristine, patched) as fresh:
+        out = []
+        for root in fresh:
+            with root.active():
+                # top-k/top-p: batches >= 8 take the Triton path, which asks the platform
+                # for its SM count (none on CPU). Use the PyTorch path in both roots (the
+                # same, unpatched code; it runs on the FP32 copy).
+                st = importlib.import_module(f"{SAMPLE}.states")
+                tkp = importlib.import_module("vllm.v1.sample.ops.topk_topp_sampler")
+                st.apply_top_k_top_p = tkp.apply_top_k_top_p_pytorch
+                out.append(
+                    SimpleNamespace(
+                        root=root,
+                        sampler=importlib.import_module(f"{SAMPLE}.sampler"),
+                        states=importlib.import_module("vllm.v1.worker.gpu.states"),
+                        rej=importlib.import_module(
+                            "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
+                        ),
                     )
-            yield SimpleNamespace(pristine=out[0], patched=out[1])
+                )
+        yield SimpleNamespace(pristine=out[0], patched=out[1])
 
 
 # ------------------------------------------------------------------ request configs

@@ -16,17 +16,29 @@ from pathlib import Path
 from verify import results
 
 _SEED = re.compile(r"test_(\d{3})_")
+_MODULE = re.compile(r"(?:^|\.)test_(\w+)$")
+
+
+def group_of(classname: str, file: str = "") -> str | None:
+    """The record group of a test: its seed number (`test_NNN_*` files, one record per seed),
+    else its file's name (`test_mrv2_penalty_rows` -> `mrv2-penalty-rows`)."""
+    match = _SEED.search(classname) or _SEED.search(file)
+    if match:
+        return match.group(1)
+    found = _MODULE.search(classname)
+    return found.group(1).replace("_", "-") if found else None
 
 
 def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
-    """{seed: {"passed": [...], "failed": [...], "skipped": [...]}} from a JUnit XML file."""
+    """{group: {"passed": [...], "failed": [...], "skipped": [...]}} from a JUnit XML file (the
+    group: `group_of`)."""
     seeds: dict[str, dict[str, list[str]]] = defaultdict(
         lambda: {"passed": [], "failed": [], "skipped": []}
     )
     for case in ET.parse(junit).getroot().iter("testcase"):
         where = f"{case.get('classname', '')}.{case.get('name', '')}"
-        match = _SEED.search(case.get("classname", "")) or _SEED.search(case.get("file", "") or "")
-        if not match:
+        group = group_of(case.get("classname", ""), case.get("file", "") or "")
+        if group is None:
             continue
         if case.find("failure") is not None or case.find("error") is not None:
             kind = "failed"
@@ -34,7 +46,7 @@ def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
             kind = "skipped"
         else:
             kind = "passed"
-        seeds[match.group(1)][kind].append(where)
+        seeds[group][kind].append(where)
     return dict(seeds)
 
 

@@ -40,11 +40,11 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
     engine = [
         *gpu_engine_ab.records(version),
         *gpu_engine_resolution.records(version),
-        *loop.records(version),
         *gpu_penalty_check.history_records(version),
     ]
-    for record in [*gpu.records(version), *engine]:
-        written.append(("gpu", results.write(record, "gpu", record["step"]), record))
+    tiered = [*[("gpu", r) for r in [*gpu.records(version), *engine]], *loop.tiered(version)]
+    for tier, record in tiered:
+        written.append((tier, results.write(record, tier, record["step"]), record))
     return written
 
 

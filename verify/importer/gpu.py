@@ -69,6 +69,7 @@ def _record(
     reason: str = "",
     tables: list[str] | None = None,
     key_table: str | None = None,
+    note: str = "",  # follows the command (default: where a GPU run ran)
 ) -> dict:
     if isinstance(outcome, Verdict):
         outcome, reason = outcome.outcome, outcome.reason
@@ -79,7 +80,7 @@ def _record(
         outcome,
         numbers,
         reason=reason,
-        command=f"{src['command']}  {DEVICE_NOTE}",
+        command=f"{src['command']}  {note or DEVICE_NOTE}",
         tables=tables,
         key_table=key_table,
         machine=provenance(src),
@@ -351,6 +352,8 @@ def micro_000(version: str) -> dict | None:
     src = _load(version, "micro-000")
     if not src or "summary" not in src:
         return None
+    if (meta := _load(version, "micro") or {}).get("series_hash") == src.get("series_hash"):
+        src = {"patch_hashes": meta.get("patch_hashes"), **src}  # the micro step that ran it
     s = src["summary"]
     parts, ratios = [], {}
     limit = registry.threshold(version, "microbench-gpu-000")
@@ -957,18 +960,14 @@ def kernels(version: str) -> list[dict]:
 def _patch_numbers(version: str, step: str) -> dict[str, str]:
     """{registry slug: patch number NNNN} of the patches whose registry steps name `step`."""
     entries = registry.load()
-    numbers = {}
-    for patch in read_series(version):
-        entry = registry.entry_for(patch, version, entries)
-        if entry:
-            numbers[entry.slug] = patch.name[:4]
+    found = [(registry.entry_for(p, version, entries), p.name[:4]) for p in read_series(version)]
+    numbers = {entry.slug: number for entry, number in found if entry}
     slugs = registry.patches_for_record(version, step, entries)
     return {slug: numbers[slug] for slug in slugs if slug in numbers}
 
 
 def records(version: str) -> list[dict]:
     """Every GPU-tier record of `version` that its step files allow."""
-
     made = [
         penalties(version),
         penalties(version, "penalties-v1-long"),

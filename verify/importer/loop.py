@@ -14,7 +14,7 @@ from pathlib import Path
 
 from verify import paths, registry
 from verify.errors import PatchbenchError
-from verify.importer import gpu, gpu_penalty_check, gpu_serve_ab, gpu_state_length
+from verify.importer import gpu, gpu_penalty_check, gpu_serve_ab, gpu_state_length, penalty_memory
 
 Reader = Callable[[str, registry.Step, registry.Entry, list[Path]], dict | None]
 
@@ -23,6 +23,7 @@ READERS: dict[str, Reader] = {
     "penalty-state-length": gpu_state_length.read,
     "penalty-state-micro": gpu_state_length.read_state_micro,
     "serve-ab": gpu_serve_ab.read,
+    "penalty-state-memory": penalty_memory.read,
 }
 
 
@@ -48,13 +49,20 @@ def planned(version: str) -> list[tuple[registry.Entry, registry.Step]]:
     return found
 
 
-def records(version: str) -> list[dict]:
-    """The records the readers make for `version` from the runs their steps name."""
+def tiered(version: str) -> list[tuple[str, dict]]:
+    """(tier, record) of every record the readers make for `version` from the runs their
+    steps name; the tier (gpu for cuda steps, else cpu) is where its runs and record live."""
     made = []
     for entry, step in planned(version):
-        root = gpu.gpu_root() if step.device == "cuda" else paths.results_root() / "cpu"
+        tier = "gpu" if step.device == "cuda" else "cpu"
+        root = gpu.gpu_root() if tier == "gpu" else paths.results_root() / "cpu"
         runs = sorted((root / version).glob(step.source))
         record = READERS[step.reader](version, step, entry, runs) if runs else None
         if record is not None:
-            made.append(record)
+            made.append((tier, record))
     return made
+
+
+def records(version: str) -> list[dict]:
+    """The records the readers make for `version`."""
+    return [record for _, record in tiered(version)]

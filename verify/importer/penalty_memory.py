@@ -1,0 +1,83 @@
+"""Bytes of MRV2's penalty statistics (scripts/penalty_state_memory.py: `PenaltiesState` built
+in both import roots, the patched one after k penalty requests) -> the record its registry step
+names (reader "penalty-state-memory").
+
+pass: with no penalty request the patched state holds nothing, with k it holds at most the
+doubling bound's rows (max(8, 2k), at most max_num_reqs) and never more bytes than v0.22.0's;
+fail otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from verify.importer.gpu import _record
+from verify.verdicts import FAIL, PASS, Verdict
+
+MIB = 1 << 20
+
+
+def bound(row: dict) -> int:
+    """The rows a state of k penalty requests may hold: the doubling's worst case."""
+    k = row["penalty_requests"]
+    return 0 if k == 0 else min(row["max_num_reqs"], max(8, 2 * k))
+
+
+def judge(rows: list[dict]) -> Verdict:
+    bad = [
+        r for r in rows if r["patched_rows"] > bound(r) or r["patched_bytes"] > r["pristine_bytes"]
+    ]
+    if bad:
+        return Verdict(
+            FAIL, f"{len(bad)} shape(s) above the bound or v0.22.0's bytes; first: {bad[0]}"
+        )
+    empty = [r for r in rows if r["penalty_requests"] == 0]
+    shown = "; ".join(
+        f"max_num_seqs {r['max_num_reqs']}, vocab {r['vocab']}: {r['pristine_bytes'] / MIB:.0f} "
+        f"MiB -> 0 ({r['kv_tokens_freed']} KV tokens of Qwen3-8B freed)"
+        for r in empty
+    )
+    return Verdict(PASS, f"without penalty requests the state holds nothing: {shown}; with k it "
+                   "holds at most max(8, 2k) rows")  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    head = "| max_num_seqs | vocab | penalty requests | v0.22.0 MiB | patched MiB | rows |"
+    out = [f"{head} KV tokens freed |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['max_num_reqs']} | {r['vocab']} | {r['penalty_requests']} | "
+            f"{r['pristine_bytes'] / MIB:.1f} | {r['patched_bytes'] / MIB:.1f} | "
+            f"{r['patched_rows']} | {r['kv_tokens_freed']} |"
+        )
+    return "\n".join(out)
+
+
+def read(version: str, step, entry, runs: list[Path]) -> dict:
+    """The importer loop's reader: the newest run (by date) of `runs`."""
+    loaded = [json.loads(path.read_text()) for path in runs]
+    run = max(loaded, key=lambda r: r.get("date", ""))
+    numbers = {"kv_model": run["kv_model"], "kv_bytes_per_token": run["kv_bytes_per_token"],
+               "rows": run["rows"]}  # fmt: skip
+    note = "(CPU: the tensors' sizes as the GPU allocates them)"
+    record = _record(run, step.records[0], entry.slug, judge(run["rows"]), numbers,
+                     tables=[table(run["rows"])], note=note)  # fmt: skip
+    record["headline"] = headline(run["rows"])
+    record["machine"]["gpu"] = "none (tensor sizes, measured on the CPU)"
+    return record
+
+
+def headline(rows: list[dict]) -> str:
+    """The largest shape's saving without penalty requests, and what 64 of them take."""
+    n, vocab = max((r["max_num_reqs"], r["vocab"]) for r in rows if r["vocab"] < 200_000)
+    shape = [r for r in rows if (r["max_num_reqs"], r["vocab"]) == (n, vocab)]
+    empty = next(r for r in shape if r["penalty_requests"] == 0)
+    some = max((r for r in shape if 0 < r["penalty_requests"] <= 64),
+               key=lambda r: r["penalty_requests"])  # fmt: skip
+    return (
+        f"{empty['pristine_bytes'] / MIB:.0f} MiB -> 0 of GPU memory for the penalty state at "
+        f"max_num_seqs {n}, vocab {vocab}, when no request uses a penalty "
+        f"({empty['kv_tokens_freed']} more KV cache tokens of Qwen3-8B); "
+        f"{some['penalty_requests']} penalty requests take {some['patched_bytes'] / MIB:.0f} MiB"
+    )
