@@ -64,25 +64,26 @@ def state_bytes(root, max_num_reqs: int, vocab: int, penalized: int) -> dict:
         }
 
 
-def measure_root(path: Path) -> dict:
-    """{"N V k": state bytes} of one root, in this process (one vLLM root per process)."""
+def measure_root(path: Path, requests: list[int]) -> dict:
+    """{"N V k": state bytes} of one root after k of `requests` penalty requests, in this
+    process (one vLLM root per process)."""
     root = ImportRoot(path, path.name)
     return {
-        f"{n} {v} {k}": state_bytes(root, n, v, k)
-        for n, v in SHAPES
-        for k in PENALTY_REQUESTS
-        if k <= n
+        f"{n} {v} {k}": state_bytes(root, n, v, k) for n, v in SHAPES for k in requests if k <= n
     }
 
 
-def _in_child(path: Path) -> dict:
-    cmd = [sys.executable, __file__, "--measure-root", str(path)]
+def _in_child(path: Path, requests: list[int]) -> dict:
+    cmd = [sys.executable, __file__, "--measure-root", str(path), "--requests",
+           ",".join(map(str, requests))]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])  # vLLM logs to stdout before it
 
 
 def measure(version: str) -> list[dict]:
-    pristine, patched = (_in_child(root.path) for root in roots(version))
+    pristine_root, patched_root = roots(version)
+    pristine = _in_child(pristine_root.path, [0])  # v0.22.0 allocates at start-up
+    patched = _in_child(patched_root.path, PENALTY_REQUESTS)
     rows = []
     for key, new in patched.items():
         max_num_reqs, vocab, k = map(int, key.split())
@@ -103,9 +104,11 @@ def main() -> int:
     parser.add_argument("version", nargs="?")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--measure-root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--requests", default="0", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_root:
-        print(json.dumps(measure_root(args.measure_root)))
+        requests = [int(k) for k in args.requests.split(",")]
+        print(json.dumps(measure_root(args.measure_root, requests)))
         return 0
     if not (args.version and args.out):
         parser.error("give VERSION and --out FILE")

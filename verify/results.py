@@ -265,6 +265,13 @@ def _json_problem(text: str, size: int, exc: json.JSONDecodeError) -> str:
     return f"not JSON at byte {len(text[: exc.pos].encode())} ({exc.msg}, {where})"
 
 
+def newest_run(runs: list[Path]) -> tuple[Path, dict[str, Any]]:
+    """(path, content) of the run of `runs` with the latest recorded `date` (each read once)."""
+    loaded = {path: read_json(path) for path in runs}
+    path = max(loaded, key=lambda p: loaded[p].get("date", ""))
+    return path, loaded[path]
+
+
 def read_json(path: Path) -> Any:
     """The JSON value in results file `path`; RecordError (naming the file and what is wrong)
     when it is empty, not UTF-8 text, not JSON, or ``{}`` (neither a record nor a measurement)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from verify import results
 from verify.importer.gpu import _record, gpu_root
 from verify.verdicts import FAIL, NOT_RUN, PASS, Verdict
 
@@ -63,11 +64,10 @@ def tokens_beside(run: dict) -> dict[str, str]:
 def newest_with_findings(runs: list[Path]) -> tuple[Path, dict, Path, dict | None]:
     """(path, run, findings path, findings or None) of the newest of `runs` by its date; the
     findings are the shim's file beside it, raw/<stem>-findings.json."""
-    loaded = {path: json.loads(path.read_text()) for path in runs}
-    path = max(loaded, key=lambda p: loaded[p].get("date", ""))
+    path, run = results.newest_run(runs)
     findings_path = path.parent / "raw" / f"{path.stem}-findings.json"
     findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
-    return path, loaded[path], findings_path, findings
+    return path, run, findings_path, findings
 
 
 def read(version: str, step, entry, runs: list) -> dict:

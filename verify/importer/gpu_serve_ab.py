@@ -7,7 +7,6 @@ reader `serve-ab` names its own record and runs (the importer loop).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from verify import registry, results
@@ -105,13 +104,12 @@ def workload_of(src: dict, where: Path) -> tuple[str, tuple[str, ...]]:
 def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Path]) -> dict | None:
     """The importer loop's reader `serve-ab`: the newest of `runs` (by date) judged into the
     record the registry step names, for the step's patch; None when the run did not measure it."""
-    loaded = {path: json.loads(path.read_text()) for path in runs}
-    where = max(loaded, key=lambda path: loaded[path].get("date", ""))
+    where, src = results.newest_run(runs)
     number = _patch_numbers(version, step.records[0]).get(entry.slug)
-    pair = _patch_comparison(loaded[where], number) if number else None
+    pair = _patch_comparison(src, number) if number else None
     if pair is None:
         return None  # this run did not measure the patch
-    return judged_record(version, loaded[where], where, step.records[0], entry.slug, pair)
+    return judged_record(version, src, where, step.records[0], entry.slug, pair)
 
 
 def _gpu_name(src: dict) -> str:

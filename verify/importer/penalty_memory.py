@@ -9,9 +9,9 @@ fail otherwise.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from verify import results
 from verify.importer.gpu import _record
 from verify.verdicts import FAIL, PASS, Verdict
 
@@ -56,8 +56,7 @@ def table(rows: list[dict]) -> str:
 
 def read(version: str, step, entry, runs: list[Path]) -> dict:
     """The importer loop's reader: the newest run (by date) of `runs`."""
-    loaded = [json.loads(path.read_text()) for path in runs]
-    run = max(loaded, key=lambda r: r.get("date", ""))
+    _, run = results.newest_run(runs)
     numbers = {"kv_model": run["kv_model"], "kv_bytes_per_token": run["kv_bytes_per_token"],
                "rows": run["rows"]}  # fmt: skip
     note = "(CPU: the tensors' sizes as the GPU allocates them)"
