@@ -1,7 +1,10 @@
-"""MRV2 penalty statistics kept only for requests that use a penalty: v0.22.0's
+"""MRV2 penalty statistics kept only for requests that use a penalty: the pin's
 `PenaltiesState` ([max_num_reqs, vocab] counts and prompt bits) against the patched one (one
 row per penalty request, found through `penalty_row`), both driven as the model runner drives
-them, on CPU with the Triton interpreter (tests/equivalence/mrv2_cpu.py).
+them, on CPU with the Triton interpreter (tests/equivalence/mrv2_cpu.py). v0.22.0 and v0.33.0
+(where `PenaltiesState` is a `LogitsProcessor`, applied through `apply(logits, ctx)`, and the
+post-update is `postprocess_sampled`, whose `idx_mapping` may hold -1: a request it skips)
+share the scenarios; `Engine022` and `Engine033` are the two releases' calls.
 
 A scenario is a random sequence of steps. Each step: some live requests finish and some are
 preempted (`GPUModelRunner._remove_request`), new and resumed requests are added (a resumed
@@ -9,7 +12,8 @@ one with its prompt and outputs as prefill tokens, as the scheduler re-sends it)
 apply their staged writes, then every live request decodes with 0-3 draft positions laid out
 as MRV2 lays out speculative decoding (`expanded_idx_mapping`, `expanded_local_pos`, the draft
 ids in `input_ids`), the penalties are applied, and each request accepts 1 to all of its
-positions (`GPUModelRunner.postprocess`, which runs `post_update`). Checked at every step: the
+positions (`GPUModelRunner.postprocess`, which runs `post_update`; on v0.33.0 some requests'
+entries are -1 and their tokens are not committed). Checked at every step: the
 penalized logits bit for bit (int32 views), and that the patched state holds exactly one row
 per live penalty request, none when no request uses a penalty. The mutants (a reused row not
 cleared, an accepted draft counted twice, a resumed request not rebuilt) must fail the check.
@@ -27,7 +31,7 @@ import torch
 
 from tests.equivalence.mrv2_cpu import interpreter_roots
 
-pytestmark = pytest.mark.pins("0.22.0")
+pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 GPU = "vllm.v1.worker.gpu"
 MAX_NUM_REQS = 24
@@ -37,7 +41,8 @@ MAX_DRAFTS = 3
 
 
 @pytest.fixture(scope="module")
-def mods(pristine, patched):
+def mods(pin, pristine, patched):
+    engine = {"0.22.0": Engine022, "0.33.0": Engine033}[pin]
     with interpreter_roots(pristine, patched) as fresh:
         out = []
         for root in fresh:
@@ -45,6 +50,7 @@ def mods(pristine, patched):
                 out.append(
                     SimpleNamespace(
                         root=root,
+                        engine=engine,
                         pen=importlib.import_module(f"{GPU}.sample.penalties"),
                         sampler=importlib.import_module(f"{GPU}.sample.sampler"),
                         states=importlib.import_module(f"{GPU}.states"),
@@ -52,7 +58,7 @@ def mods(pristine, patched):
                         batch=importlib.import_module(f"{GPU}.input_batch"),
                     )
                 )
-        yield SimpleNamespace(pristine=out[0], patched=out[1])
+        yield SimpleNamespace(pristine=out[0], patched=out[1], mask_share=engine.MASK_SHARE)
 
 
 def make_params(rng: random.Random, penalized: bool) -> SimpleNamespace:
@@ -74,20 +80,16 @@ def make_params(rng: random.Random, penalized: bool) -> SimpleNamespace:
     return p
 
 
-class Engine:
-    """One root's request state, sampler and the model runner's methods that touch them."""
+class Engine022:
+    """One root's request state, sampler and the model runner's methods that touch them
+    (v0.22.0)."""
+
+    MASK_SHARE = 0.0  # its post_update has no -1 entries
 
     def __init__(self, m: SimpleNamespace):
         self.m = m
         with m.root.active():
-            self.rs = m.states.RequestState(
-                max_num_reqs=MAX_NUM_REQS,
-                max_model_len=MAX_MODEL_LEN,
-                max_num_batched_tokens=MAX_NUM_REQS * (MAX_DRAFTS + 1),
-                num_speculative_steps=MAX_DRAFTS,
-                vocab_size=VOCAB,
-                device=torch.device("cpu"),
-            )
+            self.rs = self._request_state()
             self.sampler = m.sampler.Sampler(
                 max_num_reqs=MAX_NUM_REQS, vocab_size=VOCAB, device=torch.device("cpu"),
                 req_states=self.rs, logprobs_mode="raw_logprobs",
@@ -100,6 +102,16 @@ class Engine:
             lora_state=SimpleNamespace(remove_request=lambda req_id: None),
             is_last_pp_rank=True,
             model_state=SimpleNamespace(postprocess_state=lambda batch, num_sampled: None),
+        )
+
+    def _request_state(self):
+        return self.m.states.RequestState(
+            max_num_reqs=MAX_NUM_REQS,
+            max_model_len=MAX_MODEL_LEN,
+            max_num_batched_tokens=MAX_NUM_REQS * (MAX_DRAFTS + 1),
+            num_speculative_steps=MAX_DRAFTS,
+            vocab_size=VOCAB,
+            device=torch.device("cpu"),
         )
 
     @property
@@ -129,37 +141,111 @@ class Engine:
         local_pos = [p for d in drafts for p in range(len(d) + 1)]
         input_ids = [t for last, d in zip(step["last"], drafts, strict=True) for t in [last, *d]]
         logits = step["logits"].clone()
+        counts = [len(d) + 1 for d in drafts]
+        sampled = torch.zeros(len(ids), MAX_DRAFTS + 1, dtype=torch.int64)
+        for row, toks in enumerate(step["accepted"]):
+            sampled[row, : len(toks)] = torch.tensor(toks)
+        num_sampled = torch.tensor([len(t) for t in step["accepted"]], dtype=torch.int32)
+        num_rejected = torch.tensor(counts, dtype=torch.int32) - num_sampled
+        query_start_loc = torch.tensor(np.cumsum([0, *counts]), dtype=torch.int32)
+        # post_update's batch -> request map: -1 where the step skips the request.
+        post_idx = [-1 if skip else i for i, skip in zip(idx, step["skipped"], strict=True)]
         with self.m.root.active():
-            self.penalties.apply_penalties(
-                logits,
-                torch.tensor(expanded, dtype=torch.int32),
-                np.asarray(idx, dtype=np.int32),
-                torch.tensor(input_ids, dtype=torch.int32),
-                torch.tensor(local_pos, dtype=torch.int32),
-            )
-            counts = [len(d) + 1 for d in drafts]
-            batch = SimpleNamespace(
-                idx_mapping=torch.tensor(idx, dtype=torch.int32),
-                query_start_loc=torch.tensor(np.cumsum([0, *counts]), dtype=torch.int32),
-            )
-            sampled = torch.zeros(len(ids), MAX_DRAFTS + 1, dtype=torch.int64)
-            for row, toks in enumerate(step["accepted"]):
-                sampled[row, : len(toks)] = torch.tensor(toks)
-            num_sampled = torch.tensor([len(t) for t in step["accepted"]], dtype=torch.int32)
-            num_rejected = torch.tensor(counts, dtype=torch.int32) - num_sampled
-            self.m.runner.GPUModelRunner.postprocess(
-                self.runner, batch, sampled, num_sampled, num_rejected
-            )
+            self._penalize(logits, idx, expanded, input_ids, local_pos)
+            self._post_update(post_idx, sampled, num_sampled, num_rejected, query_start_loc)
         return logits
+
+    def _penalize(self, logits, idx, expanded, input_ids, local_pos) -> None:
+        self.penalties.apply_penalties(
+            logits,
+            torch.tensor(expanded, dtype=torch.int32),
+            np.asarray(idx, dtype=np.int32),
+            torch.tensor(input_ids, dtype=torch.int32),
+            torch.tensor(local_pos, dtype=torch.int32),
+        )
+
+    def _post_update(self, idx, sampled, num_sampled, num_rejected, query_start_loc) -> None:
+        batch = SimpleNamespace(
+            idx_mapping=torch.tensor(idx, dtype=torch.int32), query_start_loc=query_start_loc
+        )
+        self.m.runner.GPUModelRunner.postprocess(
+            self.runner, batch, sampled, num_sampled, num_rejected
+        )
+
+
+class Engine033(Engine022):
+    """The same calls on v0.33.0: `Sampler` takes the vLLM config (its sub-states read only
+    the reasoning config here), `PenaltiesState.apply` takes a `LogitsContext`,
+    `_remove_request` and `postprocess_sampled` reach the model state, pooling runner and PP
+    handler (none here) and the post-update takes -1 entries."""
+
+    MASK_SHARE = 0.15
+
+    def __init__(self, m: SimpleNamespace):
+        self.m = m
+        with m.root.active():
+            self.rs = self._request_state()
+            self.sampler = m.sampler.Sampler(
+                vllm_config=SimpleNamespace(reasoning_config=None), max_num_reqs=MAX_NUM_REQS,
+                vocab_size=VOCAB, device=torch.device("cpu"), req_states=self.rs,
+                logprobs_mode="raw_logprobs",
+            )  # fmt: skip
+        self.runner = SimpleNamespace(
+            req_states=self.rs,
+            sampler=self.sampler,
+            encoder_cache=None,
+            prompt_logprobs_worker=None,
+            pooling_runner=None,
+            pp_handler=None,
+            lora_state=SimpleNamespace(remove_request=lambda req_id: None),
+            is_last_pp_rank=True,
+            model_state=SimpleNamespace(
+                remove_request=lambda req_id: None,
+                postprocess_state=lambda idx_mapping, num_sampled, num_computed: None,
+            ),
+        )
+
+    def add(self, req_id: str, prompt_len: int, tokens: list[int], params) -> None:
+        with self.m.root.active():
+            self.rs.add_request(
+                req_id, prompt_len, tokens, num_computed_tokens=len(tokens),
+                max_tokens=MAX_MODEL_LEN - prompt_len,
+            )  # fmt: skip
+            self.sampler.add_request(self.rs.req_id_to_index[req_id], params)
+
+    def _penalize(self, logits, idx, expanded, input_ids, local_pos) -> None:
+        iface = importlib.import_module(f"{GPU}.sample.logits_processor.interface")
+        n = len(expanded)
+        ctx = iface.LogitsContext(
+            expanded_idx_mapping=torch.tensor(expanded, dtype=torch.int64),
+            idx_mapping=torch.tensor(idx, dtype=torch.int64),
+            idx_mapping_np=np.asarray(idx, dtype=np.int64),
+            expanded_local_pos=torch.tensor(local_pos, dtype=torch.int32),
+            input_ids=torch.tensor(input_ids, dtype=torch.int32),
+            pos=torch.zeros(n, dtype=torch.int64),  # not read by the penalties
+            seq_lens_upper_bound_np=np.zeros(len(idx), dtype=np.int32),
+        )
+        assert self.penalties.apply(logits, ctx) is logits
+
+    def _post_update(self, idx, sampled, num_sampled, num_rejected, query_start_loc) -> None:
+        self.m.runner.GPUModelRunner.postprocess_sampled(
+            self.runner,
+            torch.tensor(idx, dtype=torch.int64),
+            sampled,
+            num_sampled,
+            num_rejected,
+            query_start_loc,
+        )
 
 
 class Scenario:
     """The random events of one run, the same for both engines (the test's own bookkeeping of
     each request's tokens decides what a resumed request re-sends)."""
 
-    def __init__(self, seed: int, penalty_share: float):
+    def __init__(self, seed: int, penalty_share: float, mask_share: float = 0.0):
         self.rng = random.Random(seed)
         self.share = penalty_share
+        self.mask_share = mask_share
         self.live: dict[str, dict] = {}
         self.preempted: dict[str, dict] = {}
         self.next_id = 0
@@ -195,27 +281,34 @@ class Scenario:
         rng = self.rng
         ids = [r for r in self.live if len(self.live[r]["tokens"]) < MAX_MODEL_LEN - 5]
         drafts = [[rng.randrange(VOCAB) for _ in range(rng.randint(0, MAX_DRAFTS))] for _ in ids]
-        accepted = []
+        accepted, skipped = [], []
         for req_id, d in zip(ids, drafts, strict=True):
             keep = d[: rng.randint(0, len(d))]
             toks = [*keep, rng.randrange(VOCAB)]
             accepted.append(toks)
-            self.live[req_id]["tokens"] = self.live[req_id]["tokens"] + toks
+            # A request the post-update skips (-1) commits none of them.
+            skip = self.mask_share > 0 and rng.random() < self.mask_share
+            skipped.append(skip)
+            if not skip:
+                self.live[req_id]["tokens"] = self.live[req_id]["tokens"] + toks
         n = sum(len(d) + 1 for d in drafts)
         g = torch.Generator().manual_seed(rng.randrange(2**31))
         logits = torch.round(torch.randn(n, VOCAB, generator=g) * 6) / 2  # ties and signs
-        last = [self.live[r]["tokens"][-len(a) - 1] for r, a in zip(ids, accepted, strict=True)]
-        return {"req_ids": ids, "drafts": drafts, "accepted": accepted, "logits": logits,
-                "last": last}  # fmt: skip
+        last = [
+            self.live[r]["tokens"][-1 if s else -len(a) - 1]
+            for r, a, s in zip(ids, accepted, skipped, strict=True)
+        ]
+        return {"req_ids": ids, "drafts": drafts, "accepted": accepted, "skipped": skipped,
+                "logits": logits, "last": last}  # fmt: skip
 
 
 def run_scenario(mods, seed: int, steps: int = 14, share: float = 0.5) -> dict[str, int]:
     """Both engines through one scenario; AssertionError at the first differing step. Returns
     how much of the path it took (steps whose logits the penalties changed, requests resumed
     with outputs, draft positions)."""
-    base, new = Engine(mods.pristine), Engine(mods.patched)
-    scenario = Scenario(seed, share)
-    seen = {"penalized steps": 0, "resumed": 0, "drafts": 0}
+    base, new = mods.pristine.engine(mods.pristine), mods.patched.engine(mods.patched)
+    scenario = Scenario(seed, share, mods.mask_share)
+    seen = {"penalized steps": 0, "resumed": 0, "drafts": 0, "skipped": 0}
     for step_no in range(steps):
         for req_id in scenario.removals():
             base.remove(req_id)
@@ -241,6 +334,7 @@ def run_scenario(mods, seed: int, steps: int = 14, share: float = 0.5) -> dict[s
         )
         seen["penalized steps"] += not torch.equal(want, step["logits"])
         seen["drafts"] += sum(len(d) for d in step["drafts"])
+        seen["skipped"] += sum(step["skipped"])
     return seen
 
 
@@ -248,12 +342,13 @@ def run_scenario(mods, seed: int, steps: int = 14, share: float = 0.5) -> dict[s
 def test_penalized_logits_match_upstream_through_finish_preempt_resume_and_drafts(mods, seed):
     seen = run_scenario(mods, seed, share=[0.5, 0.2, 1.0][seed % 3])
     assert seen["penalized steps"] > 0 and seen["drafts"] > 0, seen
+    assert (seen["skipped"] > 0) == (mods.mask_share > 0), seen
     if seed < 3:  # the first seeds resume requests (the scenarios are fixed by their seed)
         assert seen["resumed"] > 0, seen
 
 
 def test_no_penalty_request_takes_no_rows(mods):
-    engine = Engine(mods.patched)
+    engine = mods.patched.engine(mods.patched)
     scenario = Scenario(7, penalty_share=0.0)
     for _ in range(3):
         for req_id, req in scenario.additions():
@@ -267,7 +362,7 @@ def test_no_penalty_request_takes_no_rows(mods):
 
 
 def test_rows_grow_by_doubling_and_are_reused(mods):
-    engine = Engine(mods.patched)
+    engine = mods.patched.engine(mods.patched)
     params = make_params(random.Random(0), penalized=True)
     for i in range(9):
         engine.add(f"p{i}", 2, [1, 2], params)
@@ -301,6 +396,8 @@ def _post_update_counting_drafts_twice(batch):
         if counts is None:
             return
         for i, req_idx in enumerate(idx_mapping.tolist()):
+            if req_idx < 0:
+                continue
             row = int(penalty_row[req_idx])
             if row >= 0:
                 for token in sampled[i, : int(num_sampled[i]) - 1].tolist():
