@@ -1,12 +1,13 @@
-"""Bytes of MRV2's penalty statistics, v0.22.0 against the series: `PenaltiesState` built in
+"""Bytes of MRV2's penalty statistics, the pin against its series: `PenaltiesState` built in
 both import roots of the build tree (CPU tensors: the sizes the GPU allocates), the patched one
 after `add_request` of k penalty requests, for max_num_seqs 256 and 1024 and vocab 151936
 (Qwen3) and 262144. KV cache tokens freed: the bytes saved over Qwen3-8B's KV bytes per token.
 
     python scripts/penalty_state_memory.py 0.22.0 --out results/cpu/0.22.0/penalty-state-memory.json
+    python scripts/penalty_state_memory.py 0.33.0 --out results/cpu/0.33.0/penalty-state-memory.json
 
 Runs in the equivalence environment (torch, triton, the pin's requirements: `nox -s
-equivalence-0.22.0 --install-only`, then its python).
+equivalence-<pin> --install-only`, then its python).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -43,15 +45,40 @@ class HostBuffer:
         self.uva = self.cpu
 
 
+class HostViewBuffer:
+    """The same where UvaBuffer hands out its view by a method, `uva(n)` (v0.33.0)."""
+
+    def __init__(self, size, dtype):
+        self.cpu = torch.zeros(size, dtype=dtype)
+        self.np = self.cpu.numpy()
+
+    def uva(self, n=None):
+        return self.cpu[:n] if n is not None else self.cpu
+
+
+def _host_buffers() -> None:
+    """In the active root: CPU tensors for the UVA buffers."""
+    bu = importlib.import_module("vllm.v1.worker.gpu.buffer_utils")
+    if callable(getattr(bu.UvaBuffer, "uva", None)):
+        bu.UvaBuffer = HostViewBuffer
+        bu.is_uva_available = lambda: True  # the pool's choice between UvaBuffer and a copy
+    else:
+        bu.UvaBuffer = HostBuffer
+
+
 def state_bytes(root, max_num_reqs: int, vocab: int, penalized: int) -> dict:
     """Device bytes of a fresh PenaltiesState after `penalized` penalty requests were added."""
     with root.active():
-        importlib.import_module("vllm.v1.worker.gpu.buffer_utils").UvaBuffer = HostBuffer
+        _host_buffers()
         pen = importlib.import_module("vllm.v1.worker.gpu.sample.penalties")
         req_states = SimpleNamespace(
             max_num_reqs=max_num_reqs, vocab_size=vocab, device=torch.device("cpu")
         )
-        state = pen.PenaltiesState(req_states)
+        if "vllm_config" in inspect.signature(pen.PenaltiesState).parameters:
+            # A LogitsProcessor (v0.33.0); PenaltiesState reads nothing of the config.
+            state = pen.PenaltiesState(None, req_states)
+        else:
+            state = pen.PenaltiesState(req_states)
         params = SimpleNamespace(
             repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=1.5
         )
@@ -82,7 +109,7 @@ def _in_child(path: Path, requests: list[int]) -> dict:
 
 def measure(version: str) -> list[dict]:
     pristine_root, patched_root = roots(version)
-    pristine = _in_child(pristine_root.path, [0])  # v0.22.0 allocates at start-up
+    pristine = _in_child(pristine_root.path, [0])  # the pin allocates at start-up
     patched = _in_child(patched_root.path, PENALTY_REQUESTS)
     rows = []
     for key, new in patched.items():

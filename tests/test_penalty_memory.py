@@ -1,4 +1,4 @@
-"""verify.importer.penalty_memory: the MRV2 penalty state's bytes judged against v0.22.0's and
+"""verify.importer.penalty_memory: the MRV2 penalty state's bytes judged against the pin's and
 the doubling bound, on synthetic runs."""
 
 from __future__ import annotations

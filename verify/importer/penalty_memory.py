@@ -3,8 +3,8 @@ in both import roots, the patched one after k penalty requests) -> the record it
 names (reader "penalty-state-memory").
 
 pass: with no penalty request the patched state holds nothing, with k it holds at most the
-doubling bound's rows (max(8, 2k), at most max_num_reqs) and never more bytes than v0.22.0's;
-fail otherwise.
+doubling bound's rows (max(8, 2k), at most max_num_reqs) and never more bytes than the pin's
+own state; fail otherwise.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ def bound(row: dict) -> int:
     return 0 if k == 0 else min(row["max_num_reqs"], max(8, 2 * k))
 
 
-def judge(rows: list[dict]) -> Verdict:
+def judge(rows: list[dict], version: str = "0.22.0") -> Verdict:
     bad = [
         r for r in rows if r["patched_rows"] > bound(r) or r["patched_bytes"] > r["pristine_bytes"]
     ]
     if bad:
         return Verdict(
-            FAIL, f"{len(bad)} shape(s) above the bound or v0.22.0's bytes; first: {bad[0]}"
+            FAIL, f"{len(bad)} shape(s) above the bound or v{version}'s bytes; first: {bad[0]}"
         )
     empty = [r for r in rows if r["penalty_requests"] == 0]
     shown = "; ".join(
@@ -42,8 +42,8 @@ def judge(rows: list[dict]) -> Verdict:
                    "holds at most max(8, 2k) rows")  # fmt: skip
 
 
-def table(rows: list[dict]) -> str:
-    head = "| max_num_seqs | vocab | penalty requests | v0.22.0 MiB | patched MiB | rows |"
+def table(rows: list[dict], version: str = "0.22.0") -> str:
+    head = f"| max_num_seqs | vocab | penalty requests | v{version} MiB | patched MiB | rows |"
     out = [f"{head} KV tokens freed |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
@@ -60,8 +60,8 @@ def read(version: str, step, entry, runs: list[Path]) -> dict:
     numbers = {"kv_model": run["kv_model"], "kv_bytes_per_token": run["kv_bytes_per_token"],
                "rows": run["rows"]}  # fmt: skip
     note = "(CPU: the tensors' sizes as the GPU allocates them)"
-    record = _record(run, step.records[0], entry.slug, judge(run["rows"]), numbers,
-                     tables=[table(run["rows"])], note=note)  # fmt: skip
+    record = _record(run, step.records[0], entry.slug, judge(run["rows"], version), numbers,
+                     tables=[table(run["rows"], version)], note=note)  # fmt: skip
     record["headline"] = headline(run["rows"])
     record["machine"]["gpu"] = "none (tensor sizes, measured on the CPU)"
     return record
