@@ -27,6 +27,13 @@ def test_rows_within_the_doubling_bound_pass_and_the_headline_names_the_saving()
     )
 
 
+def test_a_state_only_step_claims_no_kv_cache_tokens():
+    rows = [_row(0, 0), _row(1, 8), _row(64, 64), _row(1024, 1024)]
+    headline = penalty_memory.headline(rows, engine=False)
+    assert headline.startswith("612 MiB -> 0 for the penalty state alone")
+    assert "KV" not in headline and "not an engine's start-up" in headline
+
+
 def test_a_state_that_keeps_rows_without_penalty_requests_fails():
     assert penalty_memory.judge([_row(0, 8), _row(64, 64)]).outcome == "fail"
 
