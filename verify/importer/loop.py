@@ -14,7 +14,14 @@ from pathlib import Path
 
 from verify import paths, registry
 from verify.errors import PatchbenchError
-from verify.importer import gpu, gpu_penalty_check, gpu_serve_ab, gpu_state_length, penalty_memory
+from verify.importer import (
+    gpu,
+    gpu_mrv2_penalties,
+    gpu_penalty_check,
+    gpu_serve_ab,
+    gpu_state_length,
+    penalty_memory,
+)
 
 Reader = Callable[[str, registry.Step, registry.Entry, list[Path]], dict | None]
 
@@ -24,6 +31,7 @@ READERS: dict[str, Reader] = {
     "penalty-state-micro": gpu_state_length.read_state_micro,
     "serve-ab": gpu_serve_ab.read,
     "penalty-state-memory": penalty_memory.read,
+    "mrv2-penalties": gpu_mrv2_penalties.read,
 }
 
 

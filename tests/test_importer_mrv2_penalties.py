@@ -1,0 +1,71 @@
+"""verify.importer.gpu_mrv2_penalties: an MRV2 penalized-sampling A/B judged for identity (with
+pristine's second engine as the control) and for throughput (not slower, the A/A beside it)."""
+
+from __future__ import annotations
+
+import random
+
+from verify.importer import gpu_mrv2_penalties as reader
+from verify.verdicts import FAIL, INCONCLUSIVE, PASS
+
+CONFIGS = ["plain-b128-l512", "pen-b128-l512"]
+VARIANTS = ("pristine", "pristine2", "patched")
+
+
+def _run(speed: dict[str, float] | None = None, tokens: dict[str, str] | None = None) -> dict:
+    """A run of 8 rounds: each variant's tok/s scaled by `speed`, each keeping `tokens`' hash."""
+    speed, tokens = speed or {}, tokens or {}
+    rng = random.Random(0)
+    rounds = []
+    for i in range(8):
+        values = {
+            f"{v}/{c}": {"tok_per_s": 1000 * speed.get(v, 1.0) * (1 + rng.gauss(0, 0.001))}
+            for v in VARIANTS
+            for c in CONFIGS
+        }
+        rounds.append({"index": i, "order": list(values), "values": values, "warmup": False})
+    return {
+        "configs": {c: {} for c in CONFIGS},
+        "cells": [f"{v}/{c}" for v in VARIANTS for c in CONFIGS],
+        "rounds": rounds,
+        "tokens": {c: {v: [tokens.get(v, "same")] for v in VARIANTS} for c in CONFIGS},
+    }
+
+
+def _done(run: dict) -> list:
+    return reader.ab_rounds.from_records(run["rounds"])
+
+
+def test_identical_tokens_with_an_agreeing_control_pass():
+    assert reader.identity_verdict(_run())[0].outcome == PASS
+
+
+def test_patched_tokens_that_differ_while_the_control_agrees_fail():
+    verdict, rows = reader.identity_verdict(_run(tokens={"patched": "other"}))
+    assert verdict.outcome == FAIL
+    assert "| pen | identical | differ |" in rows
+
+
+def test_a_control_that_disagrees_makes_identity_inconclusive():
+    assert reader.identity_verdict(_run(tokens={"pristine2": "other"}))[0].outcome == INCONCLUSIVE
+
+
+def test_throughput_not_slower_passes_and_a_resolved_loss_fails():
+    run = _run()
+    assert reader.performance_verdict(run, _done(run), 0.01)[0].outcome == PASS
+    slow = _run(speed={"patched": 0.97})
+    assert reader.performance_verdict(slow, _done(slow), 0.01)[0].outcome == FAIL
+
+
+def test_an_aa_beyond_the_threshold_makes_throughput_inconclusive():
+    run = _run(speed={"pristine2": 1.03})
+    verdict, _ = reader.performance_verdict(run, _done(run), 0.01)
+    assert verdict.outcome == INCONCLUSIVE
+    assert "A/A beyond the threshold" in verdict.reason
+
+
+def test_each_build_s_penalty_cost_is_tabled():
+    run = _run()
+    rows = reader.cost_rows(run, _done(run))
+    assert any(r.startswith("| pristine | plain -> pen |") for r in rows)
+    assert any(r.startswith("| patched | plain -> pen |") for r in rows)

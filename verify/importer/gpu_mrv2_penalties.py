@@ -1,0 +1,111 @@
+"""GPU tier, a penalized-sampling A/B on Model Runner V2 (scripts/gpu_penalties_ab.sh with
+PB_RUNNER=MRV2 and variants pristine, pristine2, patched) -> the records its registry steps
+name (reader "mrv2-penalties"), one per step rule:
+
+- identity: per seeded sampling, patched's tokens against pristine's, with pristine's second
+  engine as the control (verify.verdicts.identity); the worst sampling decides.
+- performance: per sampling, patched/pristine tok/s must exclude a loss beyond the step's
+  threshold (claim "not slower"); the A/A (pristine2/pristine) is shown beside it and a
+  resolved A/A beyond the threshold makes the record inconclusive.
+
+Both tables also give each build's penalty cost (penalized/plain tok/s of one engine).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verify import registry, results, stats
+from verify.ab import rounds as ab_rounds
+from verify.gpu import penalty_plan
+from verify.importer.gpu import _record
+from verify.verdicts import INCONCLUSIVE, Verdict, combine, identity, performance
+
+METRIC = "tok_per_s"
+
+
+def _cell(variant: str, config: str) -> str:
+    return f"{variant}/{config}"
+
+
+def _sampling(config: str) -> str:
+    """`presence-k20p95` of `presence-k20p95-b128-l512`."""
+    return config.rsplit("-b", 1)[0]
+
+
+def identity_verdict(run: dict) -> tuple[Verdict, list[str]]:
+    """The worst sampling's identity verdict, and a table row per sampling."""
+    parts, rows = [], ["| sampling | pristine vs pristine2 (control) | patched vs pristine |"]
+    rows.append("|---|---|---|")
+    for config, seen in sorted(run.get("tokens", {}).items()):
+        if not all(seen.get(v) for v in ("pristine", "pristine2", "patched")):
+            continue
+        control = set(seen["pristine2"]) == set(seen["pristine"]) and len(seen["pristine"]) == 1
+        same = set(seen["patched"]) == set(seen["pristine"])
+        verdict = identity.judge(same, control)
+        parts.append(
+            Verdict(verdict.outcome, f"{_sampling(config)}: {verdict.reason or 'identical'}")
+        )
+        rows.append(f"| {_sampling(config)} | {_same(control)} | {_same(same)} |")
+    if not parts:
+        return Verdict(INCONCLUSIVE, "no sampling kept tokens of all three engines"), rows
+    return combine(parts), rows
+
+
+def _same(flag: bool) -> str:
+    return "identical" if flag else "differ"
+
+
+def cost_rows(run: dict, done: list) -> list[str]:
+    """Each build's penalty cost (penalized/plain tok/s of one engine), per sampling pair."""
+    rows = ["| build | plain -> penalized | penalized/plain tok/s [95% CI] |", "|---|---|---|"]
+    configs = run["configs"]
+    for plain, pen in penalty_plan.COST_PAIRS:
+        for a in [c for c in configs if _sampling(c) == plain]:
+            b = a.replace(plain, pen, 1)
+            for variant in ("pristine", "patched"):
+                if b in configs and _cell(variant, b) in run["cells"]:
+                    r = ab_rounds.paired(done, _cell(variant, a), _cell(variant, b), METRIC)
+                    rows.append(f"| {variant} | {plain} -> {pen} | {r.text()} |")
+    return rows
+
+
+def performance_verdict(run: dict, done: list, threshold: float) -> tuple[Verdict, list[str]]:
+    """Patched against pristine per sampling (not slower beyond `threshold`), the A/A beside."""
+    rows = ["| sampling | pristine2/pristine (A/A) | patched/pristine |", "|---|---|---|"]
+    ratios, controls = {}, []
+    for config in run["configs"]:
+        base = _cell("pristine", config)
+        aa = ab_rounds.paired(done, base, _cell("pristine2", config), METRIC)
+        ratios[_sampling(config)] = ab_rounds.paired(done, base, _cell("patched", config), METRIC)
+        if stats.classify(aa, threshold, lower_is_better=False) != stats.UNRESOLVED:
+            controls.append(f"{_sampling(config)} A/A {aa.text()}")
+        rows.append(f"| {_sampling(config)} | {aa.text()} | {ratios[_sampling(config)].text()} |")
+    verdict = performance.judge_shapes(ratios, threshold, claim="not slower", lower_is_better=False)
+    verdict = Verdict(verdict.outcome, verdict.reason.replace("shape", "sampling"))
+    if controls:
+        verdict = Verdict(INCONCLUSIVE, f"A/A beyond the threshold ({'; '.join(controls)}); "
+                          f"{verdict.reason}")  # fmt: skip
+    return verdict, rows
+
+
+def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Path]) -> dict:
+    """The importer loop's reader: the newest run (by date) of `runs`, judged by the step's rule."""
+    _, run = results.newest_run(runs)
+    done = ab_rounds.from_records(run["rounds"])
+    if step.rule == "identity":
+        verdict, rows = identity_verdict(run)
+    else:
+        verdict, rows = performance_verdict(run, done, registry.threshold(version, step.records[0]))
+    entropy = {w.get("output_entropy", {}).get("measured_nats") for w in run["workers"].values()}
+    numbers = {
+        "runner": run.get("runner"),
+        "model": run.get("model"),
+        "measured_entropy_nats": sorted(e for e in entropy if e is not None),
+        "engine_args": run.get("engine_args"),
+        "rounds": sum(not r.warmup for r in done),
+    }
+    title = (f"{run.get('model')} on vLLM's dummy weights, runner {run.get('runner')}, "
+             f"mean next-token entropy {numbers['measured_entropy_nats']} nats")  # fmt: skip
+    tables = [f"{title}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
+    return _record(run, step.records[0], entry.slug, verdict, numbers, tables=tables)
