@@ -374,6 +374,23 @@ def test_rows_grow_by_doubling_and_are_reused(mods):
     assert engine.penalties.num_rows == 16 and engine.penalties.num_rows_in_use == 9
 
 
+@pytest.mark.pins("0.22.0")
+def test_kernel_warmup_takes_few_penalty_rows(mods):
+    """v0.22.0's kernel warm-up runs after the KV cache is sized with up to max_num_seqs
+    requests of `SamplingParams.for_sampler_warmup()`; the patched one penalizes only the first
+    WARMUP_PENALTY_REQS of them, so the rows it takes stay that few (not max_num_reqs)."""
+    with mods.patched.root.active():
+        warmup = importlib.import_module(f"{GPU}.warmup")
+    engine = mods.patched.engine(mods.patched)
+    params = warmup.warmup_sampling_params(MAX_NUM_REQS)
+    for i, p in enumerate(params):
+        engine.add(f"_warmup_{i}_", 2, [1, 2], p)
+    engine.apply_staged_writes()
+    assert engine.penalties.num_rows_in_use == warmup.WARMUP_PENALTY_REQS
+    assert engine.penalties.num_rows == warmup.WARMUP_PENALTY_REQS < MAX_NUM_REQS
+    assert all(p.top_k == 50 and p.logprobs == 5 and p.min_tokens == 2 for p in params)
+
+
 # ------------------------------------------------------------------ mutants
 
 
