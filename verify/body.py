@@ -39,6 +39,9 @@ ROLES = {
 #: Project words a reviewer does not know, and what a body says instead ({v}: the pin).
 PLAIN = (
     (r"\bthe series through this patch vs through the one before\b", "this PR vs base"),
+    (r"\bthe series touches\b", "the patches touch"),
+    (r"\bthe series'", "the patches'"),
+    (r"\bthe patched one\b", "this PR's"),
     (r"\bthe series\b", "base"),
     (r"\bseries\b", "base"),
     (r"\bpristine2\b", "v{v} (second copy)"),
