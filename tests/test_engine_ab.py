@@ -627,7 +627,7 @@ def test_restart_blocks_start_fresh_engines_and_compare_over_blocks(tmp_path):
 def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
     """Each engine's VLLM_PORT is its own (vLLM scans up from it), from the caller's VLLM_PORT
     or 20000; a variant's own VLLM_PORT wins; a bad or too high base is a named error. Left to
-    vLLM's port-0 choice, two engines started at once drew one port (EADDRINUSE, session 26)."""
+    vLLM's port-0 choice, two engines started at once drew one port (EADDRINUSE)."""
     from verify.ab import __main__ as ab_main
 
     started: dict[str, dict] = {}

@@ -35,13 +35,7 @@ DIARY = {
 #: `checked` is the day its upstream state was last read (checked data, compared by a test).
 DATA_DATES = re.compile(r"\bchecked\s*=\s*\"?20\d\d-\d\d-\d\d\"?")
 #: (file, matched text) -> why it may stay. Every entry must still match (no stale entries).
-ALLOWED: dict[tuple[str, str], str] = {
-    ("verify/e2e/serving.py", "session 32"): (
-        "harness of the committed 0.22.0 e2e-serve-bench record, whose harness hash covers the "
-        "file's bytes: rewording the docstring stales that record; reword it with the step's "
-        "next re-run"
-    ),
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _python_prose(text: str) -> list[tuple[int, str]]:

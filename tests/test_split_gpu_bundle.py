@@ -42,7 +42,7 @@ def test_the_fewest_pieces_that_fit_beside_the_tracked_files(total, tracked, bes
 
 
 def test_two_pieces_no_longer_fit_beside_9_mb_of_tracked_files():
-    # session 26: 58.2 MB a piece and 9.04 MB tracked exceeded 64 MiB
+    # 58.2 MB a piece and 9.04 MB tracked exceeded 64 MiB
     assert split_gpu_bundle.piece_count(2 * 58_216_388, 9_042_535, 0) > 2
 
 

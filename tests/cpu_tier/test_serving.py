@@ -137,7 +137,7 @@ def _rounds(*throughputs: float) -> list[dict]:
 
 
 def test_a_slowdown_of_two_rounds_is_confirmed_before_it_fails():
-    """Session 32's CI: two rounds with patched 23% below pristine in both (the host, not the
+    """A CI run's two rounds with patched 23% below pristine in both (the host, not the
     patch: 33 other runs of the same code were unresolved). More rounds that show no
     slowdown join them and the slowdown is not believed; a slowdown that holds still fails;
     a first verdict that is no failure asks for no more rounds."""

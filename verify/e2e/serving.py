@@ -251,7 +251,7 @@ def judged_with_confirmation(
     before it is believed: `more(confirm)` rounds on the same servers join them and the verdict
     is that of all rounds, `note` saying so. With two rounds on a 2-core machine, a host that
     slowed one server for both of its rounds resolves a slowdown that is not the patch's (1
-    of 34 CI runs, session 32); a slowdown the patch makes holds in the rounds that follow."""
+    CI run in 34); a slowdown the patch makes holds in the rounds that follow."""
     first = judge_runs(runs)
     if first.outcome != FAIL or confirm <= 0:
         return first, runs, None
