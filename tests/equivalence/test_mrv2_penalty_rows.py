@@ -374,13 +374,14 @@ def test_rows_grow_by_doubling_and_are_reused(mods):
     assert engine.penalties.num_rows == 16 and engine.penalties.num_rows_in_use == 9
 
 
-@pytest.mark.pins("0.22.0")
-def test_kernel_warmup_takes_few_penalty_rows(mods):
-    """v0.22.0's kernel warm-up runs after the KV cache is sized with up to max_num_seqs
-    requests of `SamplingParams.for_sampler_warmup()`; the patched one penalizes only the first
-    WARMUP_PENALTY_REQS of them, so the rows it takes stay that few (not max_num_reqs)."""
+def test_kernel_warmup_takes_few_penalty_rows(mods, pin):
+    """The kernel warm-up (v0.22.0: after the KV cache is sized; v0.33.0 also the profile run's
+    warmup-parameter pass, which sizes it) gives up to max_num_seqs requests
+    `SamplingParams.for_sampler_warmup()`; patched, only the first WARMUP_PENALTY_REQS of them
+    carry penalties, so the rows they take stay that few (not max_num_reqs)."""
+    home = {"0.22.0": "warmup", "0.33.0": "sample.penalties"}[pin]
     with mods.patched.root.active():
-        warmup = importlib.import_module(f"{GPU}.warmup")
+        warmup = importlib.import_module(f"{GPU}.{home}")
     engine = mods.patched.engine(mods.patched)
     params = warmup.warmup_sampling_params(MAX_NUM_REQS)
     for i, p in enumerate(params):

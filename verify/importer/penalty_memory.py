@@ -16,8 +16,8 @@ from verify.importer.gpu import _record
 from verify.verdicts import FAIL, PASS, Verdict
 
 MIB = 1 << 20
-#: Requests of 0.22.0's patched kernel warm-up that carry penalties (its warmup.py), whose rows
-#: stay allocated after start-up.
+#: Requests of the patched kernel warm-up that carry penalties (WARMUP_PENALTY_REQS of the
+#: pin's warmup.py or sample/penalties.py), whose rows stay allocated after start-up.
 WARMUP_PENALTY_REQS = 8
 
 
