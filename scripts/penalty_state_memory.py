@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from verify.equivalence import host_buffers  # noqa: E402
 from verify.equivalence.roots import ImportRoot, roots  # noqa: E402
 from verify.gpu_overlay import patch_hashes  # noqa: E402
 from verify.results import host_facts  # noqa: E402
@@ -36,40 +37,10 @@ PENALTY_REQUESTS = [0, 1, 8, 64, 256, 1024]
 KV_BYTES_PER_TOKEN = 36 * 8 * 128 * 2 * 2
 
 
-class HostBuffer:
-    """buffer_utils.UvaBuffer without an accelerator: the "UVA" view is the CPU tensor."""
-
-    def __init__(self, size, dtype):
-        self.cpu = torch.zeros(size, dtype=dtype)
-        self.np = self.cpu.numpy()
-        self.uva = self.cpu
-
-
-class HostViewBuffer:
-    """The same where UvaBuffer hands out its view by a method, `uva(n)` (v0.33.0)."""
-
-    def __init__(self, size, dtype):
-        self.cpu = torch.zeros(size, dtype=dtype)
-        self.np = self.cpu.numpy()
-
-    def uva(self, n=None):
-        return self.cpu[:n] if n is not None else self.cpu
-
-
-def _host_buffers() -> None:
-    """In the active root: CPU tensors for the UVA buffers."""
-    bu = importlib.import_module("vllm.v1.worker.gpu.buffer_utils")
-    if callable(getattr(bu.UvaBuffer, "uva", None)):
-        bu.UvaBuffer = HostViewBuffer
-        bu.is_uva_available = lambda: True  # the pool's choice between UvaBuffer and a copy
-    else:
-        bu.UvaBuffer = HostBuffer
-
-
 def state_bytes(root, max_num_reqs: int, vocab: int, penalized: int) -> dict:
     """Device bytes of a fresh PenaltiesState after `penalized` penalty requests were added."""
     with root.active():
-        _host_buffers()
+        host_buffers.install()
         pen = importlib.import_module("vllm.v1.worker.gpu.sample.penalties")
         req_states = SimpleNamespace(
             max_num_reqs=max_num_reqs, vocab_size=vocab, device=torch.device("cpu")

@@ -12,6 +12,7 @@ import inspect
 import pytest
 import torch
 
+from verify.equivalence import host_buffers
 from verify.equivalence.roots import ImportRoot
 
 
@@ -70,38 +71,10 @@ def two_roots_importable(roots):
         yield
 
 
-class CpuUvaBuffer:
-    """Stand-in for buffer_utils.UvaBuffer without an accelerator: the "UVA" view is
-    the CPU tensor itself."""
-
-    def __init__(self, size, dtype):
-        self.cpu = torch.zeros(size, dtype=dtype, device="cpu")
-        self.np = self.cpu.numpy()
-        self.uva = self.cpu
-
-
-class CpuUvaViewBuffer:
-    """The same for releases whose UvaBuffer hands out its view by a method, `uva(n)`
-    (v0.33.0)."""
-
-    def __init__(self, size, dtype):
-        self.cpu = torch.zeros(size, dtype=dtype, device="cpu")
-        self.np = self.cpu.numpy()
-
-    def uva(self, n=None):
-        return self.cpu[:n] if n is not None else self.cpu
-
-
 def _unpinned_buffers() -> None:
     """In the active root: CPU tensors for UVA buffers, host copies without pinned memory."""
+    host_buffers.install()
     bu = importlib.import_module("vllm.v1.worker.gpu.buffer_utils")
-    if callable(getattr(bu.UvaBuffer, "uva", None)):
-        # The pool takes UvaBuffer where UVA is available, else a buffer on the platform's
-        # device; here the CPU tensor is its own view.
-        bu.UvaBuffer = CpuUvaViewBuffer
-        bu.is_uva_available = lambda: True
-    else:
-        bu.UvaBuffer = CpuUvaBuffer
     h2d = bu.async_tensor_h2d
     if "pin_memory" not in inspect.signature(h2d).parameters:
         # It reads torch_utils.PIN_MEMORY at each call (v0.33.0).
