@@ -40,6 +40,7 @@ ROLES = {
 PLAIN = (
     (r"\bthe series through this patch vs through the one before\b", "this PR vs base"),
     (r"\bthe series touches\b", "the patches touch"),
+    (r"\bedited by the series\b", "edited by the patches"),
     (r"\bthe series'", "the patches'"),
     (r"\bthe patched one\b", "this PR's"),
     (r"\bthe series\b", "base"),
