@@ -92,7 +92,7 @@ class Engine022:
             self.rs = self._request_state()
             self.sampler = m.sampler.Sampler(
                 max_num_reqs=MAX_NUM_REQS, vocab_size=VOCAB, device=torch.device("cpu"),
-                req_states=self.rs, logprobs_mode="raw_logprobs",
+                req_states=self.rs, logprobs_mode="raw_logprobs", **self.sampler_args(),
             )  # fmt: skip
         self.runner = SimpleNamespace(
             req_states=self.rs,
@@ -101,8 +101,15 @@ class Engine022:
             prompt_logprobs_worker=None,
             lora_state=SimpleNamespace(remove_request=lambda req_id: None),
             is_last_pp_rank=True,
-            model_state=SimpleNamespace(postprocess_state=lambda batch, num_sampled: None),
+            **self.runner_parts(),
         )
+
+    def sampler_args(self) -> dict:
+        return {}
+
+    def runner_parts(self) -> dict:
+        """The model runner's attributes this release's methods also reach."""
+        return {"model_state": SimpleNamespace(postprocess_state=lambda batch, num_sampled: None)}
 
     def _request_state(self):
         return self.m.states.RequestState(
@@ -181,29 +188,18 @@ class Engine033(Engine022):
 
     MASK_SHARE = 0.15
 
-    def __init__(self, m: SimpleNamespace):
-        self.m = m
-        with m.root.active():
-            self.rs = self._request_state()
-            self.sampler = m.sampler.Sampler(
-                vllm_config=SimpleNamespace(reasoning_config=None), max_num_reqs=MAX_NUM_REQS,
-                vocab_size=VOCAB, device=torch.device("cpu"), req_states=self.rs,
-                logprobs_mode="raw_logprobs",
-            )  # fmt: skip
-        self.runner = SimpleNamespace(
-            req_states=self.rs,
-            sampler=self.sampler,
-            encoder_cache=None,
-            prompt_logprobs_worker=None,
-            pooling_runner=None,
-            pp_handler=None,
-            lora_state=SimpleNamespace(remove_request=lambda req_id: None),
-            is_last_pp_rank=True,
-            model_state=SimpleNamespace(
+    def sampler_args(self) -> dict:
+        return {"vllm_config": SimpleNamespace(reasoning_config=None)}
+
+    def runner_parts(self) -> dict:
+        return {
+            "pooling_runner": None,
+            "pp_handler": None,
+            "model_state": SimpleNamespace(
                 remove_request=lambda req_id: None,
                 postprocess_state=lambda idx_mapping, num_sampled, num_computed: None,
             ),
-        )
+        }
 
     def add(self, req_id: str, prompt_len: int, tokens: list[int], params) -> None:
         with self.m.root.active():
