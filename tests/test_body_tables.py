@@ -36,3 +36,17 @@ def test_the_cost_table_keeps_production_shapes_and_plain_words():
                     "H200, qwen3-8b, 1.00 nats: d2 |"]  # fmt: skip
     assert not any("random" in r or "pristine" in r or "series" in r for r in table)
     assert body.cost_table(_ev(["pass"])) == []
+
+
+MRV2_KEY = """| B | L | sampling | penalty cost v0.22.0 (MRV2) | penalty cost this PR (MRV2) | GPU, model |
+|---|---|---|---|---|---|
+| 128 | 512 | pen vs plain | 1.1% [1.0%, 1.2%], n=5 | 1.8% [1.5%, 2.1%], n=5 | H200, qwen3-8b |
+"""  # noqa: E501
+
+
+def test_a_narrow_cost_table_is_shown_as_it_is_and_a_stale_one_not_at_all():
+    table = body.cost_table(_ev(["pass"], MRV2_KEY))
+    assert table[1] == MRV2_KEY.splitlines()[0]
+    assert table[3] == MRV2_KEY.splitlines()[2]
+    assert body.cost_table(_ev(["pass (stale)"], MRV2_KEY)) == []
+    assert body.cost_table(_ev(["pass (stale)"], KEY)) == []

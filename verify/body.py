@@ -348,19 +348,27 @@ COST_COLUMNS = ((0, "B"), (1, "L"), (2, "sampling"), (3, "penalty cost v{pin}"),
 def cost_table(ev: PatchEvidence) -> list[str]:
     """The penalty cost (1 - penalized/plain tok/s of one engine, 95% CI) per build at
     production shapes (the rows of a record's key table whose model is not the small random
-    one), v<pin>'s and this PR's side by side; [] without such a record."""
-    for _step, _state, _, records in ev.rows:
+    one), v<pin>'s and this PR's side by side; [] without such a record of the current form
+    (a stale record's numbers stay in the appendix)."""
+    for _step, state, _, records in ev.rows:
+        if "stale" in state:
+            continue
         for record in records:
             key = record.get("key_table") or ""
             rows = [r for r in key.splitlines() if r.startswith("| ") and r[2:3].isdigit()]
             rows = [r for r in rows if "random" not in r.rsplit("|", 2)[-2]]
             if not rows:
                 continue
-            heads = [h.format(pin=ev.version) for _, h in COST_COLUMNS]
+            width = len(rows[0].strip().strip("|").split("|"))
+            keep = COST_COLUMNS if width > len(COST_COLUMNS) else None  # else the table as it is
+            head = next(r for r in key.splitlines() if r.startswith("| "))
+            heads = ([h.format(pin=ev.version) for _, h in keep] if keep else
+                     [c.strip() for c in head.strip().strip("|").split("|")])  # fmt: skip
             out = ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
             for row in rows:
                 cells = [c.strip() for c in row.strip().strip("|").split("|")]
-                out.append("| " + " | ".join(cells[i] for i, _ in COST_COLUMNS) + " |")
+                shown = [cells[i] for i, _ in keep] if keep else cells
+                out.append("| " + " | ".join(shown) + " |")
             return out
     return []
 

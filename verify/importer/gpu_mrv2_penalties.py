@@ -70,6 +70,32 @@ def cost_rows(run: dict, done: list) -> list[str]:
     return rows
 
 
+def key_rows(run: dict, done: list) -> list[str]:
+    """The body's cost table: per shape and sampling pair, 1 - penalized/plain tok/s of
+    v<pin>'s engine and of patched's, side by side [95% CI]."""
+    version, gpu = run["vllm_version"], (run.get("machine") or {}).get("gpu", "GPU")
+    rows = [f"| B | L | sampling | penalty cost v{version} (MRV2) | penalty cost this PR (MRV2) "
+            "| GPU, model |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for plain, pen in penalty_plan.COST_PAIRS:
+        for a in [c for c in run["configs"] if _sampling(c) == plain]:
+            b = a.replace(plain, pen, 1)
+            if b not in run["configs"]:
+                continue
+            cost = [_cost(ab_rounds.paired(done, _cell(v, a), _cell(v, b), METRIC))
+                    for v in ("pristine", "patched")]  # fmt: skip
+            config = run["configs"][a]
+            rows.append(f"| {config['batch']} | {config['output_len']} | {pen} vs {plain} | "
+                        f"{cost[0]} | {cost[1]} | {gpu}, {run.get('model')} |")  # fmt: skip
+    return rows
+
+
+def _cost(r: stats.Ratio) -> str:
+    """`1.2% [0.8%, 1.6%], n=5`: 1 - the penalized/plain ratio."""
+    if r.low is None or r.high is None:
+        return f"{1 - r.ratio:.1%}, n={r.n}"
+    return f"{1 - r.ratio:.1%} [{1 - r.high:.1%}, {1 - r.low:.1%}], n={r.n}"
+
+
 def performance_verdict(run: dict, done: list, threshold: float) -> tuple[Verdict, list[str]]:
     """Patched against pristine per sampling (not slower beyond `threshold`), the A/A beside."""
     rows = ["| sampling | pristine2/pristine (A/A) | patched/pristine |", "|---|---|---|"]
@@ -108,4 +134,5 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
     title = (f"{run.get('model')} on vLLM's dummy weights, runner {run.get('runner')}, "
              f"mean next-token entropy {numbers['measured_entropy_nats']} nats")  # fmt: skip
     tables = [f"{title}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
-    return _record(run, step.records[0], entry.slug, verdict, numbers, tables=tables)
+    key = "\n".join(key_rows(run, done)) if step.rule != "identity" else None
+    return _record(run, step.records[0], entry.slug, verdict, numbers, tables=tables, key_table=key)
