@@ -56,17 +56,28 @@ def _same(flag: bool) -> str:
     return "identical" if flag else "differ"
 
 
-def cost_rows(run: dict, done: list) -> list[str]:
-    """Each build's penalty cost (penalized/plain tok/s of one engine), per sampling pair."""
-    rows = ["| build | plain -> penalized | penalized/plain tok/s [95% CI] |", "|---|---|---|"]
+def penalty_costs(run: dict, done: list):
+    """(plain config, plain, pen, {variant: penalized/plain tok/s}) per shape and sampling
+    pair of `penalty_plan.COST_PAIRS` that the run measured, for pristine and patched."""
     configs = run["configs"]
     for plain, pen in penalty_plan.COST_PAIRS:
         for a in [c for c in configs if _sampling(c) == plain]:
             b = a.replace(plain, pen, 1)
-            for variant in ("pristine", "patched"):
-                if b in configs and _cell(variant, b) in run["cells"]:
-                    r = ab_rounds.paired(done, _cell(variant, a), _cell(variant, b), METRIC)
-                    rows.append(f"| {variant} | {plain} -> {pen} | {r.text()} |")
+            if b not in configs:
+                continue
+            ratios = {
+                v: ab_rounds.paired(done, _cell(v, a), _cell(v, b), METRIC)
+                for v in ("pristine", "patched")
+                if _cell(v, b) in run["cells"]
+            }
+            yield a, plain, pen, ratios
+
+
+def cost_rows(run: dict, done: list) -> list[str]:
+    """Each build's penalty cost (penalized/plain tok/s of one engine), per sampling pair."""
+    rows = ["| build | plain -> penalized | penalized/plain tok/s [95% CI] |", "|---|---|---|"]
+    for _, plain, pen, ratios in penalty_costs(run, done):
+        rows += [f"| {v} | {plain} -> {pen} | {r.text()} |" for v, r in ratios.items()]
     return rows
 
 
@@ -76,16 +87,11 @@ def key_rows(run: dict, done: list) -> list[str]:
     version, gpu = run["vllm_version"], (run.get("machine") or {}).get("gpu", "GPU")
     rows = [f"| B | L | sampling | penalty cost v{version} (MRV2) | penalty cost this PR (MRV2) "
             "| GPU, model |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for plain, pen in penalty_plan.COST_PAIRS:
-        for a in [c for c in run["configs"] if _sampling(c) == plain]:
-            b = a.replace(plain, pen, 1)
-            if b not in run["configs"]:
-                continue
-            cost = [_cost(ab_rounds.paired(done, _cell(v, a), _cell(v, b), METRIC))
-                    for v in ("pristine", "patched")]  # fmt: skip
-            config = run["configs"][a]
-            rows.append(f"| {config['batch']} | {config['output_len']} | {pen} vs {plain} | "
-                        f"{cost[0]} | {cost[1]} | {gpu}, {run.get('model')} |")  # fmt: skip
+    for a, plain, pen, ratios in penalty_costs(run, done):
+        cost = [_cost(ratios[v]) for v in ("pristine", "patched")]
+        config = run["configs"][a]
+        rows.append(f"| {config['batch']} | {config['output_len']} | {pen} vs {plain} | "
+                    f"{cost[0]} | {cost[1]} | {gpu}, {run.get('model')} |")  # fmt: skip
     return rows
 
 
