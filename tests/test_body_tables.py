@@ -28,6 +28,11 @@ def test_failing_rows_come_first_and_are_never_cut():
     assert [r[0] for r in body.shown_rows(ev, 1)] == ["step2", "step4"]  # past the limit
 
 
+def test_steps_that_do_not_apply_come_after_the_others():
+    ev = _ev(["not applicable", "pass", "no difference resolved"])
+    assert [r[0] for r in body.shown_rows(ev, 2)] == ["step1", "step2"]
+
+
 def test_the_cost_table_keeps_production_shapes_and_plain_words():
     table = body.cost_table(_ev(["pass"], KEY))
     assert table[1].startswith("| B | L | sampling | penalty cost v0.22.0 | this PR |")

@@ -69,3 +69,43 @@ def test_each_build_s_penalty_cost_is_tabled():
     rows = reader.cost_rows(run, _done(run))
     assert any(r.startswith("| pristine | plain -> pen |") for r in rows)
     assert any(r.startswith("| patched | plain -> pen |") for r in rows)
+
+
+def _shaped(batch: int, date: str, form: str = "a", control: bool = True) -> dict:
+    """A run at B=`batch` L=512 of patch form `form`, with or without pristine's second engine."""
+    run = _run()
+    run["configs"] = {c: {"batch": batch, "output_len": 512} for c in CONFIGS}
+    run.update(date=date, patch_hashes={"x": form})
+    if not control:
+        run["cells"] = [c for c in run["cells"] if not c.startswith("pristine2/")]
+        for seen in run["tokens"].values():
+            seen.pop("pristine2")
+    return run
+
+
+def test_the_grid_keeps_the_newest_run_per_shape_of_the_newest_form():
+    old = _shaped(128, "1", form="old")
+    b128, b128_new, b64 = _shaped(128, "2"), _shaped(128, "3"), _shaped(64, "4")
+    assert reader.grid([old, b128, b128_new, b64]) == [b128_new, b64]
+    assert reader.grid([b128, _shaped(64, "5", form="new")]) == [_shaped(64, "5", form="new")]
+
+
+def test_a_run_without_the_second_pristine_engine_is_judged_without_an_aa():
+    run = _shaped(64, "1", control=False)
+    verdict, rows = reader.performance_verdict(run, _done(run), 0.01)
+    assert verdict.outcome == PASS
+    assert any("not in the run" in r for r in rows)
+    slow = _shaped(64, "1", control=False)
+    for r in slow["rounds"]:
+        for cell, v in r["values"].items():
+            v["tok_per_s"] *= 0.97 if cell.startswith("patched/") else 1.0
+    assert reader.performance_verdict(slow, _done(slow), 0.01)[0].outcome == FAIL
+
+
+def test_the_key_table_has_both_builds_costs_and_their_speed_ratio():
+    run = _shaped(64, "1")
+    rows = reader.key_rows(run, _done(run))
+    assert rows and rows[0].startswith("| 64 | 512 | pen vs plain |")
+    assert len(rows[0].strip("|").split("|")) == len(
+        reader.key_head("0.22.0")[0].strip("|").split("|")
+    )

@@ -403,6 +403,19 @@ def test_counts_of_a_record_with_several_pytest_runs():
     assert report.counts([record]) == "shipped/pristine: 3 passed, 1 failed"
 
 
+def test_counts_say_first_which_patch_explains_a_failure_only_the_series_has():
+    runs = {"shipped/pristine": {"passed": 3, "failed": 1}, "shipped/patched": {"passed": 2,
+            "failed": 2}}  # fmt: skip
+    only = [{"test": "t", "patch": "0003-Perf-x.patch"}]
+    record = _record("upstream-x", "pass", numbers={"runs": runs, "patched_only_failures": only,
+                                                      "unexplained": []})  # fmt: skip
+    assert report.counts([record]).startswith(
+        "1 fail only once 0003 applies, each explained by that patch; shipped/pristine: 3 passed"
+    )
+    record["numbers"]["unexplained"] = ["t"]
+    assert report.counts([record]).startswith("shipped/pristine: 3 passed")
+
+
 def test_counts_of_an_identity_record():
     numbers = {"requests": 12, "identical_requests": 6, "control_identical_requests": 12}
     assert report.counts([_record("e2e-x", "fail", "differ", numbers=numbers)]) == (

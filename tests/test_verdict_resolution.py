@@ -18,7 +18,7 @@ PLANTED = R(0.907, 0.874, 0.941)
     ("aa", "planted", "predicted", "outcome", "words"),
     [
         (AA_TIGHT, PLANTED, 0.903, "pass", "resolves 1%"),
-        (AA_WIDE, PLANTED, 0.903, "no difference resolved", "resolves only +-6.3%"),
+        (AA_WIDE, PLANTED, 0.903, "no difference resolved", "resolves only +-6.30%"),
         (R(1.03, 1.01, 1.05), PLANTED, 0.903, "fail", "excludes 1"),
         (AA_TIGHT, R(0.99, 0.97, 1.01), 0.903, "fail", "not resolved"),
         (AA_TIGHT, R(1.05, 1.02, 1.08), 0.903, "fail", "not resolved"),

@@ -319,9 +319,10 @@ def failing(ev: PatchEvidence) -> list[tuple]:
 
 def shown_rows(ev: PatchEvidence, limit: int) -> list[tuple]:
     """The rows the body's table shows: every failing row, then the others in order up to
-    `limit` rows in all."""
+    `limit` rows in all, steps that do not apply to this patch last."""
     bad = failing(ev)
     rest = [row for row in ev.rows if row not in bad]
+    rest.sort(key=lambda row: row[1] == "not applicable")
     return bad + rest[: max(limit - len(bad), 0)]
 
 
@@ -340,7 +341,9 @@ def _result_table(ev: PatchEvidence, limit: int) -> list[str]:
     return out + costs
 
 
-#: Columns of a penalty-cost record's key table the body keeps (index, heading).
+#: Columns of the V1 penalty-cost record's key table (verify/importer/gpu_engine_ab.py, 10
+#: columns) the body keeps (index, heading); a narrower key table is shown as it is.
+V1_COST_WIDTH = 10
 COST_COLUMNS = ((0, "B"), (1, "L"), (2, "sampling"), (3, "penalty cost v{pin}"),
                 (5, "this PR"), (6, "v{pin} on MRV2"), (9, "GPU, model: run(s)"))  # fmt: skip
 
@@ -360,7 +363,7 @@ def cost_table(ev: PatchEvidence) -> list[str]:
             if not rows:
                 continue
             width = len(rows[0].strip().strip("|").split("|"))
-            keep = COST_COLUMNS if width > len(COST_COLUMNS) else None  # else the table as it is
+            keep = COST_COLUMNS if width == V1_COST_WIDTH else None  # else the table as it is
             head = next(r for r in key.splitlines() if r.startswith("| "))
             heads = ([h.format(pin=ev.version) for _, h in keep] if keep else
                      [c.strip() for c in head.strip().strip("|").split("|")])  # fmt: skip

@@ -131,11 +131,23 @@ def counts(records: list[Record], harness: tuple[str, ...] = ()) -> str:
         if own:
             n = {k: sum(c[k] for c in own) for k in ("passed", "failed", "skipped")}
         found = [f"{n[k]} {k.replace('_', ' ')}" for k in COUNTS if isinstance(n.get(k), int)]
-        found = found or _run_counts(n.get("runs")) or _identity_counts(n)
+        found = found or ["; ".join(_explained(n) + _run_counts(n.get("runs")))]
+        found = [f for f in found if f] or _identity_counts(n)
         if found and harness and not own and r["step"].startswith("equivalence-"):
             found.append("counted over every test file of the record, not per patch")
         parts.append(", ".join(found) if found else r.get("reason", ""))
     return "; ".join(dict.fromkeys(filter(None, parts)))
+
+
+def _explained(n: dict[str, Any]) -> list[str]:
+    """`2 fail only once 0003 applies, each explained by that patch` of an upstream-tests
+    record (said first: the counts after it differ by these)."""
+    only = n.get("patched_only_failures")
+    if not isinstance(only, list) or not only or n.get("unexplained"):
+        return []
+    numbers = sorted({str(f.get("patch", ""))[:4] for f in only if isinstance(f, dict)})
+    return [f"{len(only)} fail only once {' or '.join(numbers)} applies, each explained "
+            "by that patch"]  # fmt: skip
 
 
 def _identity_counts(n: dict[str, Any]) -> list[str]:

@@ -8,7 +8,10 @@ name (reader "mrv2-penalties"), one per step rule:
   threshold (claim "not slower"); the A/A (pristine2/pristine) is shown beside it and a
   resolved A/A beyond the threshold makes the record inconclusive.
 
-Both tables also give each build's penalty cost (penalized/plain tok/s of one engine).
+Both tables also give each build's penalty cost (penalized/plain tok/s of one engine). A run
+measures one or more shapes (B x L); the throughput record judges, per shape, the newest run of
+the newest run's patch form, so runs of different shapes add cells to one cost table. Identity
+is judged on the newest run with the control (pristine2).
 """
 
 from __future__ import annotations
@@ -84,15 +87,29 @@ def cost_rows(run: dict, done: list) -> list[str]:
 def key_rows(run: dict, done: list) -> list[str]:
     """The body's cost table: per shape and sampling pair, 1 - penalized/plain tok/s of
     v<pin>'s engine and of patched's, side by side [95% CI]."""
-    version, gpu = run["vllm_version"], (run.get("machine") or {}).get("gpu", "GPU")
-    rows = [f"| B | L | sampling | penalty cost v{version} (MRV2) | penalty cost this PR (MRV2) "
-            "| GPU, model |", "|---|---|---|---|---|---|"]  # fmt: skip
+    gpu = (run.get("machine") or {}).get("gpu", "GPU")
+    rows = []
     for a, plain, pen, ratios in penalty_costs(run, done):
         cost = [_cost(ratios[v]) for v in ("pristine", "patched")]
+        speed = [_speed(done, a), _speed(done, a.replace(plain, pen, 1))]
         config = run["configs"][a]
         rows.append(f"| {config['batch']} | {config['output_len']} | {pen} vs {plain} | "
-                    f"{cost[0]} | {cost[1]} | {gpu}, {run.get('model')} |")  # fmt: skip
+                    f"{cost[0]} | {cost[1]} | {speed[0]} | {speed[1]} | "
+                    f"{gpu}, {run.get('model')} |")  # fmt: skip
     return rows
+
+
+def key_head(version: str) -> list[str]:
+    """The heading of the body's cost table (key_rows' columns)."""
+    return [f"| B | L | sampling | penalty cost v{version} (MRV2) | penalty cost this PR (MRV2) "
+            f"| this PR / v{version} tok/s, plain | this PR / v{version} tok/s, penalized "
+            "| GPU, model |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+
+def _speed(done: list, config: str) -> str:
+    """patched/pristine tok/s of `config` with its interval, e.g. `1.012 [1.008, 1.015]`."""
+    r = ab_rounds.paired(done, _cell("pristine", config), _cell("patched", config), METRIC)
+    return r.text().split(", n=")[0]
 
 
 def _cost(r: stats.Ratio) -> str:
@@ -107,12 +124,15 @@ def performance_verdict(run: dict, done: list, threshold: float) -> tuple[Verdic
     rows = ["| sampling | pristine2/pristine (A/A) | patched/pristine |", "|---|---|---|"]
     ratios, controls = {}, []
     for config in run["configs"]:
-        base = _cell("pristine", config)
-        aa = ab_rounds.paired(done, base, _cell("pristine2", config), METRIC)
-        ratios[_sampling(config)] = ab_rounds.paired(done, base, _cell("patched", config), METRIC)
-        if stats.classify(aa, threshold, lower_is_better=False) != stats.UNRESOLVED:
-            controls.append(f"{_sampling(config)} A/A {aa.text()}")
-        rows.append(f"| {_sampling(config)} | {aa.text()} | {ratios[_sampling(config)].text()} |")
+        base, name = _cell("pristine", config), _label(run, config)
+        ratios[name] = ab_rounds.paired(done, base, _cell("patched", config), METRIC)
+        aa_text = "not in the run"
+        if _cell("pristine2", config) in run["cells"]:
+            aa = ab_rounds.paired(done, base, _cell("pristine2", config), METRIC)
+            aa_text = aa.text()
+            if stats.classify(aa, threshold, lower_is_better=False) != stats.UNRESOLVED:
+                controls.append(f"{name} A/A {aa.text()}")
+        rows.append(f"| {name} | {aa_text} | {ratios[name].text()} |")
     verdict = performance.judge_shapes(ratios, threshold, claim="not slower", lower_is_better=False)
     verdict = Verdict(verdict.outcome, verdict.reason.replace("shape", "sampling"))
     if controls:
@@ -121,24 +141,66 @@ def performance_verdict(run: dict, done: list, threshold: float) -> tuple[Verdic
     return verdict, rows
 
 
-def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Path]) -> dict:
-    """The importer loop's reader: the newest run (by date) of `runs`, judged by the step's rule."""
-    _, run = results.newest_run(runs)
-    done = ab_rounds.from_records(run["rounds"])
-    if step.rule == "identity":
-        verdict, rows = identity_verdict(run)
-    else:
-        verdict, rows = performance_verdict(run, done, registry.threshold(version, step.records[0]))
+def _label(run: dict, config: str) -> str:
+    """`presence-k20p95 B=64 L=2048` of a config (the shape named: runs differ in it)."""
+    shape = run["configs"][config]
+    return f"{_sampling(config)} B={shape.get('batch')} L={shape.get('output_len')}"
+
+
+def _shape(run: dict) -> tuple:
+    return tuple(sorted({(c.get("batch"), c.get("output_len")) for c in run["configs"].values()}))
+
+
+def grid(runs: list[dict]) -> list[dict]:
+    """Per shape set, the newest run of the newest run's patch form (oldest first)."""
+    form = runs[-1].get("patch_hashes")
+    newest = {_shape(r): r for r in runs if r.get("patch_hashes") == form}
+    return sorted(newest.values(), key=lambda r: r.get("date", ""))
+
+
+def _has_control(run: dict) -> bool:
+    return any(seen.get("pristine2") for seen in run.get("tokens", {}).values())
+
+
+def _numbers(run: dict, done: list) -> dict:
     entropy = {w.get("output_entropy", {}).get("measured_nats") for w in run["workers"].values()}
-    numbers = {
+    return {
         "runner": run.get("runner"),
         "model": run.get("model"),
         "measured_entropy_nats": sorted(e for e in entropy if e is not None),
         "engine_args": run.get("engine_args"),
         "rounds": sum(not r.warmup for r in done),
     }
-    title = (f"{run.get('model')} on vLLM's dummy weights, runner {run.get('runner')}, "
-             f"mean next-token entropy {numbers['measured_entropy_nats']} nats")  # fmt: skip
-    tables = [f"{title}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
-    key = "\n".join(key_rows(run, done)) if step.rule != "identity" else None
-    return _record(run, step.records[0], entry.slug, verdict, numbers, tables=tables, key_table=key)
+
+
+def _title(run: dict, numbers: dict) -> str:
+    return (f"{run.get('command')} ({run.get('date')}): {run.get('model')} on vLLM's dummy "
+            f"weights, runner {run.get('runner')}, mean next-token entropy "
+            f"{numbers['measured_entropy_nats']} nats")  # fmt: skip
+
+
+def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Path]) -> dict:
+    """The importer loop's reader: identity on the newest run with its control; throughput
+    over `grid` (one verdict per run, the worst decides; one cost table over all)."""
+    loaded = sorted((results.read_json(p) for p in runs), key=lambda r: r.get("date", ""))
+    if step.rule == "identity":
+        run = ([r for r in loaded if _has_control(r)] or loaded)[-1]
+        done = ab_rounds.from_records(run["rounds"])
+        verdict, rows = identity_verdict(run)
+        numbers = _numbers(run, done)
+        tables = [f"{_title(run, numbers)}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
+        return _record(run, step.records[0], entry.slug, verdict, numbers, tables=tables)
+    threshold = registry.threshold(version, step.records[0])
+    parts, tables, keys, shown = [], [], key_head(version), []
+    for run in grid(loaded):
+        done = ab_rounds.from_records(run["rounds"])
+        verdict, rows = performance_verdict(run, done, threshold)
+        numbers = _numbers(run, done)
+        shape = ", ".join(f"B={b} L={n}" for b, n in _shape(run))
+        parts.append(Verdict(verdict.outcome, f"{shape}: {verdict.reason}"))
+        shown.append({"date": run.get("date"), "command": run.get("command"), **numbers})
+        tables += [f"{_title(run, numbers)}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
+        keys += key_rows(run, done)
+    numbers = {**shown[-1], "runs": shown}
+    return _record(loaded[-1], step.records[0], entry.slug, combine(parts), numbers,
+                   tables=tables, key_table="\n".join(keys))  # fmt: skip

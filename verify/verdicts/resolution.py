@@ -43,11 +43,11 @@ def judge(
         problems.append(f"planted {planted.text()} misses its expected size {predicted:.3f}")
     if problems:
         return Verdict(FAIL, "; ".join(problems), numbers)
-    text = f"A/A {aa.text()} (+-{half_width(aa):.1%}); planted {planted.text()}" + (
+    text = f"A/A {aa.text()} (+-{half_width(aa):.2%}); planted {planted.text()}" + (
         f", expected {predicted:.3f}" if predicted is not None else ""
     )
     if half_width(aa) <= target:
         return Verdict(PASS, f"resolves {target * 100:g}%: {text}", numbers)
     return Verdict(
-        UNRESOLVED, f"resolves only +-{half_width(aa):.1%}, not {target * 100:g}%: {text}", numbers
+        UNRESOLVED, f"resolves only +-{half_width(aa):.2%}, not {target * 100:g}%: {text}", numbers
     )
