@@ -155,22 +155,9 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
         for i in range(len(prompts))
     ]
     _timers_call("reset")
-    before = _spec_counters(llm) if "speculative_config" in spec["engine"] else None
     result = timed_generate(llm, prompts, sampling)
     result["attribution"] = None if warmup else attribution(_timers_call("snapshot"))
-    if before is not None:
-        after = _spec_counters(llm)
-        result["spec_decode"] = {k: after[k] - before.get(k, 0) for k in after}
     return result
-
-
-def _spec_counters(llm) -> dict[str, float]:
-    """Cumulative speculative-decoding counters (drafts, draft tokens, accepted tokens)."""
-    counters = {}
-    for metric in llm.get_metrics():
-        if "spec_decode" in metric.name and isinstance(getattr(metric, "value", None), int | float):
-            counters[metric.name] = metric.value
-    return counters
 
 
 def _timers_call(name: str):
@@ -767,45 +754,6 @@ def _penalties_step(batch: int, output_len: int, max_model_len: int) -> dict:
 
 
 STEPS: dict[str, dict] = {
-    # step 2 (+5 for the patched side): V1 runner, plain vs penalties at long generations
-    "penalties-v1": _penalties_step(64, 4096, 4096 + 48),
-    # step 2 "and beyond": 32 prompt + 8160 output tokens fill the model's 8192 positions.
-    # B=32 so that both engines' KV caches (0.45 of the GPU each, about 280k tokens of the
-    # 0.6B shape) hold every sequence without preemption.
-    "penalties-v1-long": _penalties_step(32, 8160, 8192),
-    # a larger batch (the penalty cost grows with B): 128 x (32 + 2048) tokens fit both
-    # engines' KV caches.
-    "penalties-v1-b128": _penalties_step(128, 2048, 2048 + 48),
-    # step 5: 004's timers on pristine (only-0005) vs the full series, seed-like batches
-    "attribution": {
-        "seed": "004",
-        "env": V1,
-        "variants": ["only-0005", "patched"],
-        "repeats": 2,
-        "engine": {"max_model_len": 2048 + 48, "gpu_memory_utilization": 0.3, "max_num_seqs": 64},
-        "configs": {
-            "b8-plain": {"batch": 8, "output_len": 512, "params": {"top_p": 0.95}},
-            "b32-plain": {"batch": 32, "output_len": 512, "params": {"top_p": 0.95}},
-            "b64-penalties": {
-                "batch": 64,
-                "output_len": 2048,
-                "params": {"top_p": 0.95, **PENALTIES},
-            },
-        },
-    },
-    # step 3: MRV2 runner, batches where no request needs logits processing
-    "mrv2": {
-        "seed": "000",
-        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"},
-        "variants": ["pristine", "patched"],
-        "repeats": 3,
-        "input_len": 2,
-        "engine": {"max_model_len": 1024, "gpu_memory_utilization": 0.3, "max_num_seqs": 128},
-        "configs": {
-            "random": {"batch": 128, "output_len": 512, "params": {"temperature": 1.0}},
-            "greedy": {"batch": 128, "output_len": 512, "params": {"temperature": 0.0}},
-        },
-    },
     # step 4: pooling with a pooler that reads prompt token ids on the host
     "embed-gritlm": {
         "seed": "002",
@@ -815,37 +763,6 @@ STEPS: dict[str, dict] = {
         "env": V1,
         "engine": {"runner": "pooling", "max_model_len": 1024, "gpu_memory_utilization": 0.3},
         "configs": {"embed": {"prompts": 2048}},
-    },
-}
-# ngram speculative decoding on the V1 runner (rejection sampler without draft
-# probs: patch 010's recovered-token kernel runs for every draft token of random requests)
-STEPS["spec-ngram"] = {
-    "seed": "010",
-    "env": V1,
-    "variants": ["pristine", "patched"],
-    "repeats": 3,
-    "input_len": 64,
-    "prompt_period": 8,
-    "engine": {
-        "max_model_len": 2048,
-        "gpu_memory_utilization": 0.3,
-        "max_num_seqs": 64,
-        "disable_log_stats": False,
-        "speculative_config": {
-            "method": "ngram",
-            "num_speculative_tokens": 4,
-            "prompt_lookup_max": 4,
-            "prompt_lookup_min": 2,
-        },
-    },
-    # Random sampling at a low temperature: this random-weight model then repeats tokens as it
-    # does greedily (at temperature 1 its output is close to uniform and nothing ever matches),
-    # so the proposer finds n-grams, and drafts are accepted or rejected (recovered tokens).
-    "configs": {
-        "b1": {"batch": 1, "output_len": 512, "params": {"temperature": 0.2}},
-        "b4": {"batch": 4, "output_len": 512, "params": {"temperature": 0.2}},
-        "b32": {"batch": 32, "output_len": 512, "params": {"temperature": 0.2}},
-        "b4-t0.6": {"batch": 4, "output_len": 512, "params": {"temperature": 0.6}},
     },
 }
 OTHER_STEPS = {

@@ -28,126 +28,6 @@ def _write(root: Path, step: str, data: dict) -> None:
     (root / "0.22.0" / f"{step}.json").write_text(json.dumps({**META, **data}))
 
 
-def _pen_round(repeat: int, plain: dict[str, float], pen: dict[str, float]) -> list[dict]:
-    rows = []
-    for variant in ("pristine", "patched"):
-        rows.append({"repeat": repeat, "config": "plain", "variant": variant,
-                     "tok_per_s": plain[variant]})  # fmt: skip
-        rows.append({"repeat": repeat, "config": "penalties", "variant": variant,
-                     "tok_per_s": pen[variant]})  # fmt: skip
-    return rows
-
-
-def _pen_summary(identical: bool = True, patched_hash: str = "p") -> dict:
-    def entry(h: str) -> dict:
-        return {"attribution": None, "tok_per_s": [1.0], "hashes": [h]}
-
-    summary = {}
-    for config in ("plain", "penalties"):
-        patched = f"{config}-{patched_hash}"
-        summary[config] = {
-            "pristine": entry(patched if identical else f"{config}-other"),
-            "patched": entry(patched),
-            "outputs_identical": identical,
-            "patched_over_pristine": {"ratio": 1.0, "n": 1},
-        }
-    return summary
-
-
-def _pen_spec(batch: int = 64, output_len: int = 4096) -> dict:
-    config = {"batch": batch, "output_len": output_len}
-    return {"configs": {"plain": config, "penalties": config}}
-
-
-def test_penalties_pool_rounds_of_the_same_series_only(mod, tmp_path):
-    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
-    rounds += _pen_round(1, {"pristine": 100, "patched": 100}, {"pristine": 50, "patched": 85})
-    rounds += _pen_round(2, {"pristine": 100, "patched": 100}, {"pristine": 55, "patched": 92})
-    _write(
-        tmp_path, "penalties-v1", {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec()}
-    )
-    single = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 30})
-    _write(
-        tmp_path,
-        "penalties-v1-single",
-        {"series_hash": "other", "rounds": single, "summary": _pen_summary()},
-    )
-    rec = mod.penalties("0.22.0")
-    assert rec["outcome"] == "pass" and len(rec["numbers"]["rounds"]) == 3
-    assert rec["numbers"]["patched_penalty_cost_per_round"] == pytest.approx([0.02, 0.15, 0.08])
-    # Same series: its 2x slower round is pooled and the speed-up is no longer resolved.
-    _write(tmp_path, "penalties-v1-single", {"rounds": single, "summary": _pen_summary()})
-    rec = mod.penalties("0.22.0")
-    assert len(rec["numbers"]["rounds"]) == 4
-    assert rec["outcome"] == "no difference resolved"
-
-
-def test_penalties_control_decides_what_a_token_difference_means(mod, tmp_path):
-    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
-    data = {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec()}
-    _write(tmp_path, "penalties-v1", data)
-    other = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 50, "patched": 82})
-    _write(tmp_path, "penalties-v1-run2", {"rounds": other, "summary": _pen_summary()})
-    rec = mod.penalties("0.22.0")
-    assert rec["outcome"] == "pass" and len(rec["numbers"]["rounds"]) == 2
-    assert rec["numbers"]["patched_tokens_same_in_every_run"]
-    # Pristine's own tokens differ between runs: the control failed, nothing can be concluded.
-    _write(tmp_path, "penalties-v1-run2", {"rounds": other, "summary": _pen_summary(False)})
-    rec = mod.penalties("0.22.0")
-    assert rec["outcome"] == "inconclusive" and "control" in rec["reason"]
-
-
-def test_penalties_fail_when_tokens_differ_and_the_control_agrees(mod, tmp_path):
-    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 100})
-    differ = _pen_summary(False)
-    _write(tmp_path, "penalties-v1", {"summary": differ, "rounds": rounds, "spec": _pen_spec()})
-    _write(tmp_path, "penalties-v1-run2", {"rounds": rounds, "summary": differ})
-    assert mod.penalties("0.22.0")["outcome"] == "fail"
-
-
-def test_penalties_long_step_is_its_own_record(mod, tmp_path):
-    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 40, "patched": 97})
-    data = {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec(32, 8192)}
-    _write(tmp_path, "penalties-v1-long", data)
-    assert mod.penalties("0.22.0") is None  # the L=4096 step was not run
-    rec = mod.penalties("0.22.0", "penalties-v1-long")
-    assert rec["step"] == "e2e-gpu-penalties-v1-long"
-    assert rec["outcome"] == "no difference resolved" and "n=1" in rec["reason"]
-    assert (rec["numbers"]["batch"], rec["numbers"]["output_len"]) == (32, 8192)
-
-
-def _spec(draft_tokens: int, identical: bool = True) -> dict:
-    counters = {"vllm:spec_decode_num_draft_tokens": draft_tokens,
-                "vllm:spec_decode_num_accepted_tokens": 0}  # fmt: skip
-    side = {"tok_per_s": [10.0, 11.0], "spec_decode": counters}
-    faster = {"tok_per_s": [13.0, 14.4], "spec_decode": counters}
-    return {
-        "spec": {"configs": {"b4": {"batch": 4, "params": {"temperature": 0.2}}}},
-        "summary": {
-            "b4": {
-                "pristine": side,
-                "patched": faster,
-                "outputs_identical": identical,
-                "patched_over_pristine": {"ratio": 1.0, "n": 2, "ci95_low": 0.9, "ci95_high": 1.1},
-            }
-        },
-    }
-
-
-@pytest.mark.parametrize(
-    ("drafts", "identical", "outcome"),
-    [(258, True, "pass"), (0, True, "fail"), (258, False, "inconclusive")],
-)
-def test_spec_ngram_needs_drafts_identical_tokens_and_speed(
-    mod, tmp_path, drafts, identical, outcome
-):
-    _write(tmp_path, "spec-ngram", _spec(drafts, identical))
-    rec = mod.spec_ngram("0.22.0")
-    assert rec["outcome"] == outcome
-    if drafts == 0:
-        assert "no draft" in rec["reason"]
-
-
 def test_gsm8k_verdict_is_the_one_at_a_time_check(mod, tmp_path):
     side = {"identical_responses": 64, "differing": [], "accuracy": {"pristine": 0.0}}
     gsm8k = {"samples": 64, "sequential": side,
@@ -317,14 +197,13 @@ def test_recorded_patch_hashes_decide_staleness_per_patch(mod, tmp_path):
     by_subject = {p.subject: registry.diff_hash(p) for p in read_series("0.22.0")}
     slug = "penalties-one-pass-triton"
     subject = registry.load()[slug].pins["0.22.0"]
-    rounds = _pen_round(0, {"pristine": 100, "patched": 100}, {"pristine": 60, "patched": 98})
-    data = {"summary": _pen_summary(), "rounds": rounds, "spec": _pen_spec()}
-    _write(tmp_path, "penalties-v1", {**data, "patch_hashes": by_subject})
-    rec = mod.penalties("0.22.0")
+    src = {**META, "patch_hashes": by_subject}
+    rec = mod._record(src, "e2e-gpu-penalties-v1", slug, "pass", {})
     assert rec["patches"][slug] == by_subject[subject]
     assert results.staleness(rec, slug, "0.22.0") == ""
-    _write(tmp_path, "penalties-v1", {**data, "patch_hashes": {**by_subject, subject: "0" * 12}})
-    assert results.staleness(mod.penalties("0.22.0"), slug, "0.22.0").startswith("patch changed")
+    src["patch_hashes"] = {**by_subject, subject: "0" * 12}
+    rec = mod._record(src, "e2e-gpu-penalties-v1", slug, "pass", {})
+    assert results.staleness(rec, slug, "0.22.0").startswith("patch changed")
 
 
 def _ab_rounds(effects: dict[str, float], rounds: int = 12, itl: bool = True) -> list[dict]:

@@ -52,6 +52,10 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     reader* = "penalty-state-check"  # the importer loop's reader that judges the step's raw
                                   #   runs (verify/importer/loop.py READERS) into its one record
     source* = "penalty-state-check*.json"  # with reader: the runs, a glob in results/<tier>/<pin>/
+    frozen* = "why"               # the step's raw format is retired: its records stay as
+                                  #   committed (marked legacy with this text, still stale per
+                                  #   patch) and are never re-read; a step with a reader that
+                                  #   makes the same records replaces them
 
 `validate` checks every series against the registry: each patch has exactly one entry, each
 entry's pins name a patch that exists, each step is well formed (tests/test_registry.py).
@@ -71,17 +75,8 @@ from verify.errors import PatchbenchError
 from verify.paths import patches_root, repo_root
 from verify.series import Patch, read_series
 
-KINDS = (
-    "equivalence",
-    "upstream-tests",
-    "microbench",
-    "kernel",
-    "e2e",
-    "serve-bench",
-    "gsm8k",
-    "embeddings",
-    "attribution",
-)
+KINDS = ("equivalence", "upstream-tests", "microbench", "kernel", "e2e", "serve-bench", "gsm8k",
+         "embeddings", "attribution")  # fmt: skip
 RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth", "memory")
 #: The rules that judge a measured performance claim (the rest judge correctness).
 PERF_RULES = ("kernel", "performance", "growth", "serve-bench", "memory")
@@ -95,16 +90,7 @@ HARNESS_PROOFS = {
     "gpu-penalty-history": "V1's penalties read the true history: the host output "
     "lists after the async repair equal the ids the sampler returned (verify/ab/penalty_history)",
 }
-_REQUIRED = (
-    "title",
-    "devices",
-    "why",
-    "how",
-    "future_plan",
-    "runners",
-    "reaches",
-    "pins",
-)
+_REQUIRED = ("title", "devices", "why", "how", "future_plan", "runners", "reaches", "pins")
 RUNNERS = ("V1", "MRV2")
 RELATED_STATES = ("open", "merged", "closed")
 RELATIONS = ("related", "backport", "same")
@@ -138,6 +124,7 @@ class Step:
     headline_shape: str = ""
     reader: str = ""
     source: str = ""
+    frozen: str = ""
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins
@@ -210,6 +197,11 @@ def _step(slug: str, raw: dict[str, Any]) -> Step:
         raise PatchbenchError(
             f"registry {slug}: step {step.title!r} names reader {step.reader!r}: it needs "
             '`source = "<glob of its runs>"` and exactly one record'
+        )
+    if step.frozen and (step.reader or not step.records):
+        raise PatchbenchError(
+            f"registry {slug}: step {step.title!r} is frozen: its records are kept as "
+            "committed, so it names records and no reader"
         )
     if any(problems):
         raise PatchbenchError(

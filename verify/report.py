@@ -296,7 +296,10 @@ def _commands(rows, upstream: bool) -> list[str]:
     commands = dict.fromkeys(
         st.command
         for st, state, _, _ in rows
-        if st.upstream == upstream and st.command != "-" and state != verdicts.NOT_APPLICABLE
+        if st.upstream == upstream
+        and st.command != "-"
+        and state != verdicts.NOT_APPLICABLE
+        and not st.frozen  # its harness is retired: the command no longer runs
     )
     return [line for c in commands for line in shell(c)]
 
@@ -391,6 +394,8 @@ def render_appendix(evidence: PatchEvidence) -> str:
                 f"command: `{r.get('command', '-')}`",
                 "",
             ]
+            if r.get("legacy"):
+                lines += [f"Frozen record of a retired raw format: {r['legacy']}", ""]
             if r.get("reason"):
                 lines += [r["reason"], ""]
             lines += [*ratio_table(r.get("numbers", {}), limit=1000), ""]

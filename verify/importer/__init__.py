@@ -43,6 +43,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
         *gpu_penalty_check.history_records(version),
     ]
     tiered = [*[("gpu", r) for r in [*gpu.records(version), *engine]], *loop.tiered(version)]
+    tiered += loop.frozen(version)
     for tier, record in tiered:
         written.append((tier, results.write(record, tier, record["step"]), record))
     return written

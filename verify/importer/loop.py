@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from verify import paths, registry
+from verify import paths, registry, results
 from verify.errors import PatchbenchError
 from verify.importer import (
     gpu,
@@ -69,6 +69,23 @@ def tiered(version: str) -> list[tuple[str, dict]]:
         if record is not None:
             made.append((tier, record))
     return made
+
+
+def frozen(version: str) -> list[tuple[str, dict]]:
+    """(tier, record) of every committed record that a frozen registry step on `version` names,
+    marked `legacy` with the step's text (kept as it is otherwise: never re-read from runs)."""
+    made: dict[str, tuple[str, dict]] = {}
+    for entry in registry.load().values():
+        if version not in entry.pins:
+            continue
+        for step in (s for s in entry.steps_on(version) if s.frozen):
+            tier = "gpu" if step.device == "cuda" else "cpu"
+            root = gpu.gpu_root() if tier == "gpu" else paths.results_root() / "cpu"
+            for name in step.records:
+                path = root / version / f"{name}.json"
+                if name not in made and path.exists():
+                    made[name] = (tier, {**results.read_json(path), "legacy": step.frozen})
+    return list(made.values())
 
 
 def records(version: str) -> list[dict]:
