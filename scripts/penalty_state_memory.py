@@ -62,13 +62,30 @@ def state_bytes(root, max_num_reqs: int, vocab: int, penalized: int) -> dict:
         }
 
 
+#: Modules of a root that may define the kernel warm-up's penalty requests (by pin).
+WARMUP_MODULES = ("vllm.v1.worker.gpu.warmup", "vllm.v1.worker.gpu.sample.penalties")
+
+
+def warmup_requests(root) -> int | None:
+    """WARMUP_PENALTY_REQS of the root's warm-up (the rows it leaves allocated), or None where
+    the warm-up gives every request penalties (the pin's own)."""
+    with root.active():
+        host_buffers.install()
+        for name in WARMUP_MODULES:
+            found = getattr(importlib.import_module(name), "WARMUP_PENALTY_REQS", None)
+            if found is not None:
+                return found
+    return None
+
+
 def measure_root(path: Path, requests: list[int]) -> dict:
-    """{"N V k": state bytes} of one root after k of `requests` penalty requests, in this
-    process (one vLLM root per process)."""
+    """{"shapes": {"N V k": state bytes}, "warmup": warm-up penalty requests} of one root after
+    k of `requests` penalty requests, in this process (one vLLM root per process)."""
     root = ImportRoot(path, path.name)
-    return {
+    shapes = {
         f"{n} {v} {k}": state_bytes(root, n, v, k) for n, v in SHAPES for k in requests if k <= n
     }
+    return {"shapes": shapes, "warmup": warmup_requests(root)}
 
 
 def _in_child(path: Path, requests: list[int]) -> dict:
@@ -78,10 +95,12 @@ def _in_child(path: Path, requests: list[int]) -> dict:
     return json.loads(out.strip().splitlines()[-1])  # vLLM logs to stdout before it
 
 
-def measure(version: str) -> list[dict]:
+def measure(version: str) -> tuple[list[dict], int | None]:
+    """(a row per shape and k, the patched warm-up's penalty requests)."""
     pristine_root, patched_root = roots(version)
-    pristine = _in_child(pristine_root.path, [0])  # the pin allocates at start-up
-    patched = _in_child(patched_root.path, PENALTY_REQUESTS)
+    pristine = _in_child(pristine_root.path, [0])["shapes"]  # the pin allocates at start-up
+    child = _in_child(patched_root.path, PENALTY_REQUESTS)
+    patched = child["shapes"]
     rows = []
     for key, new in patched.items():
         max_num_reqs, vocab, k = map(int, key.split())
@@ -94,7 +113,7 @@ def measure(version: str) -> list[dict]:
         })  # fmt: skip
         print(f"max_num_reqs {max_num_reqs} vocab {vocab} k {k}: {base['bytes']} -> "
               f"{new['bytes']} bytes ({new['rows']} rows)")  # fmt: skip
-    return rows
+    return rows, child["warmup"]
 
 
 def main() -> int:
@@ -120,8 +139,8 @@ def main() -> int:
         "patch_hashes": patch_hashes(args.version),
         "kv_bytes_per_token": KV_BYTES_PER_TOKEN,
         "kv_model": "qwen3-8b (36 layers, 8 KV heads, head 128, bf16)",
-        "rows": measure(args.version),
     }
+    run["rows"], run["warmup_penalty_requests"] = measure(args.version)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(run, indent=1) + "\n")
     print(f"wrote {args.out}")

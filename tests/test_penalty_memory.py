@@ -20,18 +20,17 @@ def test_rows_within_the_doubling_bound_pass_and_the_headline_names_the_saving()
     verdict = penalty_memory.judge(rows)
     assert verdict.outcome == "pass", verdict.reason
     assert "612 MiB -> 0" in verdict.reason
-    headline = penalty_memory.headline(rows)
+    headline = penalty_memory.headline(rows, None)
     assert (
         headline.startswith("612 MiB -> 0 of GPU memory")
         and "64 penalty requests take 38 MiB" in headline
     )
 
 
-def test_a_state_only_step_claims_no_kv_cache_tokens():
-    rows = [_row(0, 0), _row(1, 8), _row(64, 64), _row(1024, 1024)]
-    headline = penalty_memory.headline(rows, engine=False)
-    assert headline.startswith("612 MiB -> 0 for the penalty state alone")
-    assert "KV" not in headline and "not an engine's start-up" in headline
+def test_the_headline_names_the_warm_up_rows_the_run_recorded():
+    rows = [_row(0, 0), _row(1, 8), _row(8, 8), _row(64, 64), _row(1024, 1024)]
+    assert "the kernel warm-up's 8 rows, 4.8 MiB, stay" in penalty_memory.headline(rows, 8)
+    assert "warm-up" not in penalty_memory.headline(rows, None)
 
 
 def test_a_state_that_keeps_rows_without_penalty_requests_fails():

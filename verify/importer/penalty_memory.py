@@ -16,9 +16,6 @@ from verify.importer.gpu import _record
 from verify.verdicts import FAIL, PASS, Verdict
 
 MIB = 1 << 20
-#: Requests of the patched kernel warm-up that carry penalties (WARMUP_PENALTY_REQS of the
-#: pin's warmup.py or sample/penalties.py), whose rows stay allocated after start-up.
-WARMUP_PENALTY_REQS = 8
 
 
 def bound(row: dict) -> int:
@@ -65,15 +62,17 @@ def read(version: str, step, entry, runs: list[Path]) -> dict:
     note = "(CPU: the tensors' sizes as the GPU allocates them)"
     record = _record(run, step.records[0], entry.slug, judge(run["rows"], version), numbers,
                      tables=[table(run["rows"], version)], note=note)  # fmt: skip
-    record["headline"] = headline(run["rows"], engine=step.headline, slug=entry.slug)
+    warm = run.get("warmup_penalty_requests")
+    record["headline"] = headline(run["rows"], warm)
     record["machine"]["gpu"] = "none (tensor sizes, measured on the CPU)"
     return record
 
 
-def headline(rows: list[dict], engine: bool = True, slug: str = "mrv2-penalty-rows") -> str:
-    """The largest shape's saving without penalty requests, and what 64 of them take; with
-    `engine` false (a step that is not the patch's headline, since an engine on that pin keeps
-    more, its note says why) the state's bytes alone, without the KV cache tokens."""
+def headline(rows: list[dict], warmup: int | None) -> str:
+    """The largest shape's saving without penalty requests (the KV cache tokens it frees), what
+    64 penalty requests take, and the rows the kernel warm-up's `warmup` penalty requests leave
+    allocated after the KV cache is sized (as the run read them from the patched tree; None:
+    not recorded)."""
     n, vocab = max((r["max_num_reqs"], r["vocab"]) for r in rows if r["vocab"] < 200_000)
     shape = [r for r in rows if (r["max_num_reqs"], r["vocab"]) == (n, vocab)]
     empty = next(r for r in shape if r["penalty_requests"] == 0)
@@ -82,16 +81,9 @@ def headline(rows: list[dict], engine: bool = True, slug: str = "mrv2-penalty-ro
     taken = (
         f"{some['penalty_requests']} penalty requests take {some['patched_bytes'] / MIB:.0f} MiB"
     )
-    if not engine:
-        return (
-            f"{empty['pristine_bytes'] / MIB:.0f} MiB -> 0 for the penalty state alone at "
-            f"max_num_seqs {n}, vocab {vocab}, when no request uses a penalty; {taken}; not an "
-            "engine's start-up, which keeps more on this pin (the memory step's note in "
-            f"patches/registry/{slug}.toml)"
-        )
-    warm = next((r for r in shape if r["penalty_requests"] == WARMUP_PENALTY_REQS), None)
+    warm = next((r for r in shape if warmup and r["penalty_requests"] == warmup), None)
     kept = (
-        f"; the kernel warm-up's {WARMUP_PENALTY_REQS} rows, {warm['patched_bytes'] / MIB:.1f} "
+        f"; the kernel warm-up's {warmup} rows, {warm['patched_bytes'] / MIB:.1f} "
         "MiB, stay allocated after the KV cache is sized"
         if warm
         else ""
