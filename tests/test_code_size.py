@@ -24,7 +24,7 @@ LONG_MODULES = {
     "verify/importer/gpu.py": 702,
     "verify/ab/__main__.py": 993,
     "scripts/gpu_micro_000.py": 970,
-    "verify/importer/gpu_engine_ab.py": 928,
+    "verify/importer/gpu_engine_ab.py": 923,
     "scripts/gpu_verify.py": 862,
     "scripts/gpu_micro_002.py": 774,
     "verify/buildtree.py": 668,

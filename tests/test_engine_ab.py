@@ -169,7 +169,9 @@ def synthetic_run(
 @pytest.fixture
 def root(gpu_results_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Results root whose goal range is the synthetic runs' one measured shape."""
-    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, True),))
+    monkeypatch.setattr(
+        gpu_engine_ab, "goal_params", lambda v: (((64, 2048, False, True),), "H100")
+    )
     return gpu_results_root
 
 
@@ -417,7 +419,8 @@ def test_a_production_shape_run_pools_apart_and_names_its_model_and_entropy(root
 def test_a_pass_short_of_the_goal_range_is_inconclusive(root, monkeypatch):
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
     assert _import(root, run, engine_pairs=True)["outcome"] == "pass"
-    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, True), (64, 8000, False, True)))
+    cells = ((64, 2048, False, True), (64, 8000, False, True))
+    monkeypatch.setattr(gpu_engine_ab, "goal_params", lambda v: (cells, "H100"))
     record = _import(root, run, engine_pairs=True)
     assert record["outcome"] == "inconclusive"
     assert "goal cells not measured: B=64 L>=8000 no top-k/top-p, seeded" in record["reason"]
@@ -428,14 +431,20 @@ def test_a_seeded_pool_covers_no_unseeded_goal_cell(root, monkeypatch):
     """A seed per request lengthens the step and dilutes the penalty cost: the goal's unseeded
     cell stays unmeasured until an unseeded run covers it."""
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
-    monkeypatch.setattr(gpu_engine_ab, "GOAL", ((64, 2048, False, False),))
+    cells = ((64, 2048, False, False),)
+    monkeypatch.setattr(gpu_engine_ab, "goal_params", lambda v: (cells, "H100"))
     record = _import(root, run, engine_pairs=True)
     assert record["outcome"] == "inconclusive"
     assert record["numbers"]["goal_not_measured"] == ["B=64 L=2048 no top-k/top-p, unseeded"]
 
 
+def test_the_goal_cells_and_gpu_come_from_the_registry_step():
+    cells, gpu = gpu_engine_ab.goal_params("0.22.0")
+    assert gpu == "H100" and (64, 8000, False, False) in cells and len(cells) == 6
+
+
 def test_a_goal_range_measured_off_the_h100_says_so(root):
-    """Issue 22 states its goal on the H100: a goal range covered on an H200 alone keeps its
+    """The goal is stated on the H100: a goal range covered on an H200 alone keeps its
     verdict and says where it was measured; on the H100 it says nothing more."""
     run = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, noise=0.002)
     on_h100 = _import(root, run, engine_pairs=True)

@@ -52,10 +52,9 @@ Entry format (every key but ``steps`` is required; step keys marked * are option
     reader* = "penalty-state-check"  # the importer loop's reader that judges the step's raw
                                   #   runs (verify/importer/loop.py READERS) into its one record
     source* = "penalty-state-check*.json"  # with reader: the runs, a glob in results/<tier>/<pin>/
-    frozen* = "why"               # the step's raw format is retired: its records stay as
-                                  #   committed (marked legacy with this text, still stale per
-                                  #   patch) and are never re-read; a step with a reader that
-                                  #   makes the same records replaces them
+    params* = { goal_cells = [] } # what its reader judges against besides the threshold
+    frozen* = "why"               # raw format retired: records kept as committed, marked legacy
+                                  #   (still stale per patch); a step with a reader replaces them
 
 `validate` checks every series against the registry: each patch has exactly one entry, each
 entry's pins name a patch that exists, each step is well formed (tests/test_registry.py).
@@ -125,6 +124,7 @@ class Step:
     reader: str = ""
     source: str = ""
     frozen: str = ""
+    params: dict = field(default_factory=dict, hash=False)
 
     def on(self, version: str) -> bool:
         return not self.pins or version in self.pins

@@ -34,7 +34,7 @@ slower", the registry step's threshold, 2%):
   (verify.verdicts.identity): GPU engines of one build need not agree across starts. Otherwise,
   and for sampled configs without per-request seeds, the comparison is reported, not judged.
 Shapes that a run did not reach are listed as not run with its reason. Pools are per GPU model;
-the goal is stated on the H100 (GOAL_GPU), so the reason names the goal cells that the H100
+the goal is stated on one (the step's `goal_gpu`), so the reason names the goal cells that GPU
 did not measure, and those where patched did not meet the series there.
 
 The record's key table (the PR report's) puts, per run, shape and sampling, pristine's, the
@@ -55,30 +55,23 @@ from dataclasses import dataclass, field
 from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
 from verify.importer import gpu, kept_tokens
-from verify.importer.cost_rows import (
-    cost_cell,
-    cost_row,
-    cost_text,
-    interval_cell,
-    sampler_row,
-)
+from verify.importer.cost_rows import cost_cell, cost_row, cost_text, interval_cell, sampler_row
 from verify.importer.gpu import _record
 from verify.series import read_series
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, PASS, Verdict, combine, identity, performance
 
 STEP = "e2e-gpu-penalty-cost"
-#: The penalty-cost goal range as this step covers it: (B, L at least, top-k/top-p, seeded) cells
-#: where patched's penalty cost must be measured before the verdict speaks for the range (B
-#: 32..256 at 2k, 8k at B=64, top-k/top-p at B=64); a pass elsewhere is `inconclusive` until
-#: then. The cells are unseeded, vLLM's default: a seed per request adds a generator call per
-#: request and step, a longer step that dilutes the penalty cost (seeded pools are judged too,
-#: for the tokens, but cover no goal cell).
-GOAL = (
-    (32, 2048, False, False), (64, 2048, False, False), (128, 2048, False, False),
-    (256, 2048, False, False), (64, 8000, False, False), (64, 2048, True, False),
-)  # fmt: skip
-#: The GPU model the goal is stated on: a goal range measured only on others is said.
-GOAL_GPU = "H100"
+Cell = tuple[int, int, bool, bool]  # a goal cell: (B, L at least, top-k/top-p, seeded)
+
+
+def goal_params(version: str) -> tuple[tuple[Cell, ...], str]:
+    """(goal cells, goal GPU model) of the registry step's `params`: where patched's cost must
+    be measured (on the goal GPU) before a pass speaks for the range (else inconclusive)."""
+    steps = [st for e in registry.load().values() for st in e.steps_on(version)]
+    params = next((st.params for st in steps if STEP in st.records and st.params), {})
+    return tuple(tuple(c) for c in params.get("goal_cells", ())), params.get("goal_gpu", "")
+
+
 FILES = "penalties-ab*.json"
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 BASELINES = ("series", "pristine")
@@ -835,19 +828,20 @@ def penalty_cost(version: str) -> dict | None:
             f"Plain requests, patched / series tok/s over every run{left_out} (judged): "
             f"{plain[0].reason}",
         ]
-    missing = goal_missing(set(covered))
-    on_goal_gpu = goal_missing({c for c, models in covered.items() if GOAL_GPU in models})
-    unseries = goal_missing({c for c, models in compared.items() if GOAL_GPU in models})
+    goal, goal_gpu = goal_params(version)
+    missing = goal_missing(set(covered), goal)
+    on_goal_gpu = goal_missing({c for c, models in covered.items() if goal_gpu in models}, goal)
+    unseries = goal_missing({c for c, models in compared.items() if goal_gpu in models}, goal)
     numbers["metric"] = "output tok/s of one LLM.generate per cell and round; ratio B/A"
     numbers["not_run"] = not_run
     numbers["goal_not_measured"] = missing
-    numbers[f"goal_not_measured_on_{GOAL_GPU}"] = on_goal_gpu
-    numbers[f"goal_not_compared_with_series_on_{GOAL_GPU}"] = unseries
+    numbers[f"goal_not_measured_on_{goal_gpu}"] = on_goal_gpu
+    numbers[f"goal_not_compared_with_series_on_{goal_gpu}"] = unseries
     numbers["runs_of_other_series_left_out"] = len(runs) - len(entries)  # pool_runs: current
     stopped = [f"run {e['date']}: {e['stopped']}" for e in entries if "stopped" in e]
     verdict = _verdict(parts, not_run, missing, stopped)
     if not missing:
-        verdict = _on_goal_gpu(verdict, covered, on_goal_gpu, unseries)
+        verdict = _on_goal_gpu(verdict, covered, (goal, goal_gpu), on_goal_gpu, unseries)
     key_table = "\n".join(key) if len(key) > 1 else None
     record = _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
     headline = production_headline(pools, version)
@@ -855,19 +849,20 @@ def penalty_cost(version: str) -> dict | None:
 
 
 def _on_goal_gpu(
-    verdict: Verdict, covered: dict, unmeasured: list[str], uncompared: list[str]
+    verdict: Verdict, covered: dict, goal: tuple, unmeasured: list[str], uncompared: list[str]
 ) -> Verdict:
-    """A verdict over the whole goal range, saying where it was measured when that was not all
-    on GOAL_GPU, and at which goal cells patched was not compared with the series there (the
-    goal's "never slower than the series" holds on GOAL_GPU only where it was compared)."""
-    reason = verdict.reason
+    """A verdict over the whole goal range (`goal`: its cells and GPU model), saying where it
+    was measured when that was not all on the goal's GPU, and at which goal cells patched was
+    not compared with the series there (the goal's "never slower than the series" holds on
+    that GPU only where it was compared)."""
+    (cells, gpu), reason = goal, verdict.reason
     if unmeasured:
-        models = sorted({m for c, ms in covered.items() for m in ms if goal_cell(c)})
-        where = f"goal range measured on {', '.join(models)}, not all of it on the {GOAL_GPU}"
-        reason += f"; {where} (the issue's GPU)"
+        models = sorted({m for c, ms in covered.items() for m in ms if goal_cell(c, cells)})
+        reason += f"; goal range measured on {', '.join(models)}, not all of it on the {gpu}"
+        reason += " (the issue's GPU)"
     if uncompared:
-        cells = "any goal cell" if len(uncompared) == len(GOAL) else "; ".join(uncompared)
-        reason += f"; on the {GOAL_GPU} not compared with the series at {cells}"
+        where = "any goal cell" if len(uncompared) == len(cells) else "; ".join(uncompared)
+        reason += f"; on the {gpu} not compared with the series at {where}"
     return Verdict(verdict.outcome, reason)
 
 
@@ -877,21 +872,21 @@ def gpu_model(gpu_name: str) -> str:
     return model.group(0) if model else gpu_name
 
 
-def covers(cell: tuple[int, int, bool, bool], goal: tuple[int, int, bool, bool]) -> bool:
-    """Whether a measured (B, L, top-k/top-p, seeded) cell covers a GOAL cell."""
+def covers(cell: Cell, goal: Cell) -> bool:
+    """Whether a measured (B, L, top-k/top-p, seeded) cell covers a goal cell."""
     return cell[0] == goal[0] and cell[1] >= goal[1] and cell[2:] == goal[2:]
 
 
-def goal_cell(cell: tuple[int, int, bool, bool]) -> bool:
-    return any(covers(cell, goal) for goal in GOAL)
+def goal_cell(cell: Cell, cells: tuple[Cell, ...]) -> bool:
+    return any(covers(cell, goal) for goal in cells)
 
 
-def goal_missing(covered: set[tuple[int, int, bool, bool]]) -> list[str]:
-    """GOAL cells that no cell of `covered` covers."""
+def goal_missing(covered: set[Cell], cells: tuple[Cell, ...]) -> list[str]:
+    """Goal `cells` that no cell of `covered` covers."""
     return [
         f"B={b} L{'>=' if length > 2048 else '='}{length} {_kind(topkp)}, "
         f"{'seeded' if seeded else 'unseeded'}"
-        for b, length, topkp, seeded in GOAL
+        for b, length, topkp, seeded in cells
         if not any(covers(c, (b, length, topkp, seeded)) for c in covered)
     ]
 
