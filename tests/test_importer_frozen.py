@@ -44,3 +44,24 @@ def test_a_frozen_step_that_names_a_reader_is_a_named_error():
            "source": "x*.json"}  # fmt: skip
     with pytest.raises(PatchbenchError, match="is frozen"):
         registry._step("slug", raw)
+
+
+def test_a_record_a_loop_reader_makes_is_not_rejudged_by_the_cpu_tier(monkeypatch, tmp_path):
+    """The CPU tier re-judges its own records; one a registry reader makes is the loop's alone
+    (else it would be judged, and written, twice)."""
+    import verify.importer as importer
+
+    own = {"step": "equivalence-x", "vllm_version": "0.22.0", "outcome": "pass"}
+    loops = {"step": "memory-mrv2-penalty-rows", "vllm_version": "0.22.0", "outcome": "pass"}
+    monkeypatch.setattr(importer.cpu, "tier_records", lambda v: ([own, loops], []))
+    monkeypatch.setattr(importer.cpu, "bench_records", lambda v: [])
+    for name in ("gpu_engine_ab", "gpu_engine_resolution"):
+        monkeypatch.setattr(getattr(importer, name), "records", lambda v: [])
+    monkeypatch.setattr(importer.gpu_penalty_check, "history_records", lambda v: [])
+    monkeypatch.setattr(importer.gpu, "records", lambda v: [])
+    monkeypatch.setattr(importer.loop, "tiered", lambda v: [])
+    monkeypatch.setattr(importer.loop, "frozen", lambda v: [])
+    written = []
+    monkeypatch.setattr(importer.results, "write", lambda r, t, n: written.append(n) or tmp_path)
+    importer.import_version("0.22.0")
+    assert written == ["equivalence-x"]

@@ -33,6 +33,8 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
     """(tier, path, record) of every record written for `version`."""
     written = []
     tier_records, markers = cpu.tier_records(version)
+    read = {name for _, step in loop.planned(version) for name in step.records}
+    tier_records = [r for r in tier_records if r["step"] not in read]  # the loop's: judged once
     for record in [*cpu.bench_records(version), *tier_records]:
         written.append(("cpu", results.write(record, "cpu", record["step"]), record))
     for path in markers:
