@@ -106,3 +106,14 @@ def test_interrupted_or_empty_run_is_not_run():
     assert outcome == "not run" and "rc 2" in reason
     failing = ut.Run("shipped", "pristine", "pytest", 1, {"t.py::a": "failed"})
     assert ut.judge(failing, failing, ok, {}, {})[0] == "not run"
+
+
+def test_source_roots_run_their_tests_offline(tmp_path):
+    """Tests against the source roots never wait on the model hub (there is none here): the
+    offline settings of the CPU runtime apply to them too."""
+    from types import SimpleNamespace
+
+    launcher = SimpleNamespace(roots={"patched": tmp_path}, platform=tmp_path, addon=None)
+    env = ut.SourceLauncher.env(launcher, "patched")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert env["TRITON_INTERPRET"] == "1" and env["VLLM_TARGET_DEVICE"] == "cpu"

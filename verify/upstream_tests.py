@@ -195,7 +195,9 @@ class SourceLauncher:
         )
 
     def env(self, code: str) -> dict[str, str]:
-        env = dict(os.environ, **TEST_ENV)
+        from verify.runtime import RUNTIME_ENV  # offline: no model hub here
+
+        env = dict(os.environ, **RUNTIME_ENV, **TEST_ENV)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(self.platform), str(self.roots[code]), self.addon])
         )
