@@ -105,7 +105,9 @@ def test_a_run_without_the_second_pristine_engine_is_judged_without_an_aa():
 def test_the_key_table_has_both_builds_costs_and_their_speed_ratio():
     run = _shaped(64, "1")
     rows = reader.key_rows(run, _done(run))
-    assert rows and rows[0].startswith("| 64 | 512 | pen vs plain |")
+    assert rows and rows[0].startswith(
+        "| 64 | 512 | presence 1.5, frequency 0.5, repetition 1.1 vs none (temperature 1) |"
+    )
     assert len(rows[0].strip("|").split("|")) == len(
         reader.key_head("0.22.0")[0].strip("|").split("|")
     )

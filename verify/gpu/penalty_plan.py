@@ -33,6 +33,18 @@ SAMPLINGS = {
 }
 #: (plain, penalized) sampling pairs: the penalty cost is pen / plain of one variant.
 COST_PAIRS = (("plain", "pen"), ("plain-topkp", "pen-topkp"), ("plain-k20p95", "presence-k20p95"))
+
+
+def describe(plain: str, pen: str) -> str:
+    """`presence 1.5, frequency 0.5, repetition 1.1 vs none (temperature 1)` of a cost pair."""
+    words = {"presence_penalty": "presence", "frequency_penalty": "frequency",
+             "repetition_penalty": "repetition", "top_k": "top-k", "top_p": "top-p"}  # fmt: skip
+    base, penalized = SAMPLINGS[plain], SAMPLINGS[pen]
+    added = [f"{words[k]} {v:g}" for k, v in penalized.items() if k not in base]
+    kept = [f"{words[k]} {v:g}" for k, v in base.items() if k in words]
+    return f"{', '.join(added)} vs none ({', '.join([*kept, 'temperature 1'])})"
+
+
 #: Variants' builds: `mrv2` is the pin's own code on Model Runner V2 (the others run the runner
 #: the caller's environment chooses).
 BUILDS = ("pristine", "mrv2", "series", "patched")

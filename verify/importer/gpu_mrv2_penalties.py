@@ -93,16 +93,17 @@ def key_rows(run: dict, done: list) -> list[str]:
         cost = [_cost(ratios[v]) for v in ("pristine", "patched")]
         speed = [_speed(done, a), _speed(done, a.replace(plain, pen, 1))]
         config = run["configs"][a]
-        rows.append(f"| {config['batch']} | {config['output_len']} | {pen} vs {plain} | "
+        rows.append(f"| {config['batch']} | {config['output_len']} | "
+                    f"{penalty_plan.describe(plain, pen)} | "
                     f"{cost[0]} | {cost[1]} | {speed[0]} | {speed[1]} | "
-                    f"{gpu}, {run.get('model')} |")  # fmt: skip
+                    f"{gpu}, {run.get('model')} shape, dummy weights |")  # fmt: skip
     return rows
 
 
 def key_head(version: str) -> list[str]:
     """The heading of the body's cost table (key_rows' columns)."""
     return [f"| B | L | sampling | penalty cost v{version} (MRV2) | penalty cost this PR (MRV2) "
-            f"| this PR / v{version} tok/s, plain | this PR / v{version} tok/s, penalized "
+            f"| this PR / v{version} tok/s, unpenalized | this PR / v{version} tok/s, penalized "
             "| GPU, model |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
 
