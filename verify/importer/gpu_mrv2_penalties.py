@@ -21,6 +21,7 @@ from pathlib import Path
 from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
 from verify.gpu import penalty_plan
+from verify.importer.cost_rows import interval_text
 from verify.importer.gpu import _record
 from verify.verdicts import INCONCLUSIVE, Verdict, combine, identity, performance
 
@@ -110,7 +111,7 @@ def key_head(version: str) -> list[str]:
 def _speed(done: list, config: str) -> str:
     """patched/pristine tok/s of `config` with its interval, e.g. `1.012 [1.008, 1.015]`."""
     r = ab_rounds.paired(done, _cell("pristine", config), _cell("patched", config), METRIC)
-    return r.text().split(", n=")[0]
+    return interval_text(r)
 
 
 def _cost(r: stats.Ratio) -> str:

@@ -39,21 +39,29 @@ class UnknownReader(PatchbenchError):
     """A registry step names a reader the loop does not have."""
 
 
+def _steps(version: str) -> list[tuple[registry.Entry, registry.Step]]:
+    """(entry, step) of every registry step on `version`."""
+    entries = [e for e in registry.load().values() if version in e.pins]
+    return [(entry, step) for entry in entries for step in entry.steps_on(version)]
+
+
+def _tier(step: registry.Step) -> tuple[str, Path]:
+    """(tier, results folder of the tier) where a step's runs and records live: gpu for cuda
+    steps, else cpu."""
+    if step.device == "cuda":
+        return "gpu", gpu.gpu_root()
+    return "cpu", paths.results_root() / "cpu"
+
+
 def planned(version: str) -> list[tuple[registry.Entry, registry.Step]]:
     """(entry, step) of every registry step on `version` that a reader imports."""
-    found = []
-    for entry in registry.load().values():
-        if version not in entry.pins:
-            continue
-        for step in entry.steps_on(version):
-            if not step.reader:
-                continue
-            if step.reader not in READERS:
-                raise UnknownReader(
-                    f"registry {entry.slug}: step {step.title!r} names reader "
-                    f"{step.reader!r}; known: {', '.join(sorted(READERS))}"
-                )
-            found.append((entry, step))
+    found = [(entry, step) for entry, step in _steps(version) if step.reader]
+    for entry, step in found:
+        if step.reader not in READERS:
+            raise UnknownReader(
+                f"registry {entry.slug}: step {step.title!r} names reader "
+                f"{step.reader!r}; known: {', '.join(sorted(READERS))}"
+            )
     return found
 
 
@@ -62,8 +70,7 @@ def tiered(version: str) -> list[tuple[str, dict]]:
     steps name; the tier (gpu for cuda steps, else cpu) is where its runs and record live."""
     made = []
     for entry, step in planned(version):
-        tier = "gpu" if step.device == "cuda" else "cpu"
-        root = gpu.gpu_root() if tier == "gpu" else paths.results_root() / "cpu"
+        tier, root = _tier(step)
         runs = sorted((root / version).glob(step.source))
         record = READERS[step.reader](version, step, entry, runs) if runs else None
         if record is not None:
@@ -75,16 +82,12 @@ def frozen(version: str) -> list[tuple[str, dict]]:
     """(tier, record) of every committed record that a frozen registry step on `version` names,
     marked `legacy` with the step's text (kept as it is otherwise: never re-read from runs)."""
     made: dict[str, tuple[str, dict]] = {}
-    for entry in registry.load().values():
-        if version not in entry.pins:
-            continue
-        for step in (s for s in entry.steps_on(version) if s.frozen):
-            tier = "gpu" if step.device == "cuda" else "cpu"
-            root = gpu.gpu_root() if tier == "gpu" else paths.results_root() / "cpu"
-            for name in step.records:
-                path = root / version / f"{name}.json"
-                if name not in made and path.exists():
-                    made[name] = (tier, {**results.read_json(path), "legacy": step.frozen})
+    for step in [step for _, step in _steps(version) if step.frozen]:
+        tier, root = _tier(step)
+        for name in step.records:
+            path = root / version / f"{name}.json"
+            if name not in made and path.exists():
+                made[name] = (tier, {**results.read_json(path), "legacy": step.frozen})
     return list(made.values())
 
 
