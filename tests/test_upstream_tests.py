@@ -117,3 +117,25 @@ def test_source_roots_run_their_tests_offline(tmp_path):
     env = ut.SourceLauncher.env(launcher, "patched")
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["TRITON_INTERPRET"] == "1" and env["VLLM_TARGET_DEVICE"] == "cpu"
+
+
+class _HereLauncher:
+    """This interpreter, no extra pytest options: enough for `collect`'s selection count."""
+
+    python, extra = __import__("sys").executable, ()
+
+    @staticmethod
+    def env(code: str) -> dict[str, str]:
+        return dict(__import__("os").environ)
+
+
+def test_collect_counts_the_tests_beside_a_module_that_cannot_be_imported(tmp_path):
+    (tmp_path / "test_fine.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    (tmp_path / "test_broken.py").write_text("import no_such_module_here\n")
+    selected, tail = ut.collect("0.0.0", "pytest .", _HereLauncher(), tmp_path)
+    assert selected == 2 and "no_such_module_here" in tail
+
+
+def test_collect_of_a_missing_path_selects_nothing(tmp_path):
+    (tmp_path / "test_fine.py").write_text("def test_a():\n    pass\n")
+    assert ut.collect("0.0.0", "pytest test_gone.py", _HereLauncher(), tmp_path)[0] == 0
