@@ -181,7 +181,7 @@ def _equivalence(session: nox.Session, version: str, pytest_args: list[str] = ()
         "python", "-m", "pytest", "tests/equivalence", "--pin", version, "-q",
         f"--junitxml={junit}", *pytest_args, success_codes=[0, 1, 5],
     )  # fmt: skip
-    if pytest_args:  # a record holds every test of its seed; a narrowed run would replace it
+    if pytest_args:  # a record holds every test of its module; a narrowed run would replace it
         session.warn(f"not recorded: the run was narrowed by {' '.join(pytest_args)!r}")
     elif junit.exists():
         session.run("python", "-m", "verify.equivalence.record", version, str(junit))

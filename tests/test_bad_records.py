@@ -15,8 +15,8 @@ from verify.errors import RecordError
 
 COMMITTED = Path(__file__).resolve().parent.parent / "results"
 VERSION = "0.22.0"
-RECORD = f"cpu/{VERSION}/equivalence-002.json"
-SLUG = "pooling-prompt-ids-no-device-copy"  # 0003 on 0.22.0: equivalence-002 is its evidence
+RECORD = f"cpu/{VERSION}/equivalence-pooling-prompt-ids.json"
+SLUG = "pooling-prompt-ids-no-device-copy"  # 0003 on 0.22.0: the record is its evidence
 
 #: how the record is broken -> (what the user did, the bytes written, what the tool says)
 BAD: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {

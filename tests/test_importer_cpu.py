@@ -62,7 +62,7 @@ def test_identity_records_are_rejudged_with_their_control(numbers, outcome) -> N
 
 
 def test_missing_provenance_is_named_not_invented() -> None:
-    record = cpu.upgrade(_old("equivalence-003", {}))
+    record = cpu.upgrade(_old("equivalence-penalty-output-tokens", {}))
     record["machine"] = {"python": results.UNKNOWN, "gpu": "H100"}
     assert importer.missing_data(record) == ["machine python"]
     assert cpu.provenance({"machine": {"cpu_count": 2}})["cpu"] == results.UNKNOWN

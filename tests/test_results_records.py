@@ -10,7 +10,9 @@ SLUG = "penalty-staging-one-gather"
 
 
 def _record(**changes):
-    record = results.make("equivalence-003", "003", "0.22.0", "pass")
+    record = results.make(
+        "equivalence-penalty-output-tokens", "penalty-output-tokens", "0.22.0", "pass"
+    )
     record.update(changes)
     return record
 
@@ -52,7 +54,7 @@ def test_legacy_record_of_another_series_is_stale() -> None:
 def test_a_comment_edit_in_another_patch_does_not_stale_this_one() -> None:
     # Another patch's diff hash changing leaves this patch's evidence fresh.
     record = _record()
-    record["patches"]["penalties-one-pass-triton"] = "f" * 12
+    record["patches"]["penalty-staging-copy-new-tokens"] = "f" * 12
     record["series_hash"] = "changed000"
     assert results.staleness(record, SLUG, "0.22.0") == ""
 

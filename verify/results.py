@@ -2,7 +2,7 @@
 
 Schema (``schema: 2``)::
 
-    step        e.g. "equivalence-003", "microbench-003", "e2e-token-identity", "kernel-010"
+    step        e.g. "equivalence-penalty-state-device", "e2e-token-identity", "kernel-010"
     seed        legacy grouping label ("000".."010" or "series"); reports do not read it
     patches     {patch id: diff hash}: the registry entries (patches/registry/) whose steps name
                 this record, each with the hash of that patch's diff when the record was made

@@ -1,10 +1,9 @@
 """Fixtures for pristine-vs-patched equivalence tests.
 
-Run with `--pin VERSION`; a test module declares the pins it covers with
-``pytestmark = pytest.mark.pins("0.22.0", ...)`` and is skipped for other pins. A pin ported
-from one of those (pins.toml's `ported_from`) is covered too where it carries a patch whose
-registry entry names the module as a harness of its steps on that pin: a ported pin gets its
-equivalence tests from data, without editing the modules.
+Run with `--pin VERSION`. A module runs for a pin where a registry entry carried on that pin
+names it in the `harness` of one of its steps there (a ported pin's entries included, see
+`registry.load`); everywhere else its tests are skipped with the reason. Which pins a module
+covers is data in patches/registry/, not a marker in the module.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import os
 
 import pytest
 
-from verify import pins
 from verify.equivalence.roots import ImportRoot, roots
 from verify.versions import MAIN
 
@@ -28,26 +26,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     pin = config.getoption("--pin")
+    named = modules_named_on(pin)
     for item in items:
-        marker = item.get_closest_marker("pins")
-        if marker is None:
-            item.add_marker(pytest.mark.skip(reason="equivalence test without a pins(...) marker"))
-        elif pin not in marker.args and not _covered_by_port(item, pin, marker.args):
-            item.add_marker(pytest.mark.skip(reason=f"covers {marker.args}, not vLLM {pin}"))
+        module = item.path.relative_to(config.rootpath).as_posix()
+        if module not in named:
+            reason = f"no registry step on vLLM {pin} names {module} in its harness"
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def _covered_by_port(item: pytest.Item, pin: str, covered: tuple[str, ...]) -> bool:
-    """Whether `pin` was ported from a pin the module covers and carries a patch whose registry
-    steps on `pin` name the module."""
-    if pins.entry(pin).get("ported_from") not in covered:
-        return False
+def modules_named_on(pin: str) -> set[str]:
+    """The files that the registry's steps on `pin` name as their harness."""
     from verify import registry
 
-    module = item.path.relative_to(item.config.rootpath).as_posix()
-    return any(
-        pin in entry.pins and any(module in step.harness for step in entry.steps_on(pin))
+    return {
+        path
         for entry in registry.load().values()
-    )
+        if pin in entry.pins
+        for step in entry.steps_on(pin)
+        for path in step.harness
+    }
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,6 @@ import torch
 
 from tests.equivalence.mrv2_cpu import interpreter_roots
 
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
-
 GPU = "vllm.v1.worker.gpu"
 MAX_NUM_REQS = 24
 MAX_MODEL_LEN = 96

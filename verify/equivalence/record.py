@@ -1,8 +1,8 @@
-"""Turn a pytest JUnit XML of `tests/equivalence` into one result file per seed.
+"""Turn a pytest JUnit XML of `tests/equivalence` into one result file per test module.
 
 `python -m verify.equivalence.record <version> <junit.xml> [--command ...]` writes
-``results/cpu/<version>/equivalence-<seed>.json`` (counts, failing test ids) and exits 1 if any
-test failed, 0 otherwise.
+``results/cpu/<version>/equivalence-<module>.json`` (counts, failing test ids; the module's
+name without ``test_``, dashed) and exits 1 if any test failed, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ from pathlib import Path
 
 from verify import results
 
-_SEED = re.compile(r"test_(\d{3})_")
 _MODULE = re.compile(r"(?:^|\.)test_(\w+)$")
 
 
-def group_of(classname: str, file: str = "") -> str | None:
-    """The record group of a test: its seed number (`test_NNN_*` files, one record per seed),
-    else its file's name (`test_mrv2_penalty_rows` -> `mrv2-penalty-rows`)."""
-    match = _SEED.search(classname) or _SEED.search(file)
-    if match:
-        return match.group(1)
+def group_of(classname: str) -> str | None:
+    """The record group of a test: its module's name (`test_penalty_state_device` ->
+    `penalty-state-device`), one record per module, so each record's harness is its file."""
     found = _MODULE.search(classname)
     return found.group(1).replace("_", "-") if found else None
 
@@ -32,12 +28,12 @@ def group_of(classname: str, file: str = "") -> str | None:
 def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
     """{group: {"passed": [...], "failed": [...], "skipped": [...]}} from a JUnit XML file (the
     group: `group_of`)."""
-    seeds: dict[str, dict[str, list[str]]] = defaultdict(
+    groups: dict[str, dict[str, list[str]]] = defaultdict(
         lambda: {"passed": [], "failed": [], "skipped": []}
     )
     for case in ET.parse(junit).getroot().iter("testcase"):
         where = f"{case.get('classname', '')}.{case.get('name', '')}"
-        group = group_of(case.get("classname", ""), case.get("file", "") or "")
+        group = group_of(case.get("classname", ""))
         if group is None:
             continue
         if case.find("failure") is not None or case.find("error") is not None:
@@ -46,8 +42,8 @@ def summarize(junit: Path) -> dict[str, dict[str, list[str]]]:
             kind = "skipped"
         else:
             kind = "passed"
-        seeds[group][kind].append(where)
-    return dict(seeds)
+        groups[group][kind].append(where)
+    return dict(groups)
 
 
 def per_file(groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
@@ -69,11 +65,11 @@ def record(
     root: Path | None = None,
     stamped: str | None = None,
 ) -> bool:
-    """Write the per-seed result files, stamped with what the tested build tree holds
+    """Write the per-module result files, stamped with what the tested build tree holds
     (`results.tree_stamp`, unless given); True if nothing failed."""
     ok = True
     stamped = stamped if stamped is not None else results.tree_stamp(version)
-    for seed, groups in sorted(summarize(junit).items()):
+    for group, groups in sorted(summarize(junit).items()):
         counts = {kind: len(ids) for kind, ids in groups.items()}
         if groups["failed"]:
             outcome, reason, ok = "fail", f"{counts['failed']} test(s) failed", False
@@ -83,10 +79,10 @@ def record(
             outcome, reason = "not run", "every test was skipped for this pin"
         numbers = {**counts, "failed_tests": groups["failed"][:20], "files": per_file(groups)}
         result = results.make(
-            f"equivalence-{seed}", seed, version, outcome, numbers, reason=reason,
+            f"equivalence-{group}", group, version, outcome, numbers, reason=reason,
             command=command, stamped_series=stamped,
         )  # fmt: skip
-        results.write(result, "cpu", f"equivalence-{seed}", root)
+        results.write(result, "cpu", f"equivalence-{group}", root)
     return ok
 
 

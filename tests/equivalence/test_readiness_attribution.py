@@ -1,4 +1,4 @@
-"""Seed 004 (vLLM issue #43450): opt-in sample_tokens attribution timers.
+"""vLLM issue #43450: opt-in sample_tokens attribution timers.
 
 Pristine vs patched V1 worker code, driven on CPU with fake events / fake runner state:
 
@@ -23,8 +23,6 @@ from types import MethodType, SimpleNamespace
 
 import pytest
 import torch
-
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 STT = "vllm.v1.worker.sample_tokens_timing"
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
+from tests.equivalence.test_penalty_output_tokens import (  # noqa: F401  (fixtures)
     _custom_ops_once,
     _opaque_types_once,
     mods,
 )
-
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 
 @pytest.fixture(scope="module")

@@ -23,16 +23,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.equivalence.test_000_mrv2_sampler import _two_roots_importable
-from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
+from tests.equivalence.test_mrv2_sampler_logits_copy import _two_roots_importable
+from tests.equivalence.test_penalties_sparse_apply import _inputs as sparse_inputs
+from tests.equivalence.test_penalty_output_tokens import (  # noqa: F401  (fixtures)
     _custom_ops_once,
     _opaque_types_once,
     mods,
 )
-from tests.equivalence.test_003_penalties_sparse import _inputs as sparse_inputs
 from verify.equivalence.roots import ImportRoot
-
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Seed 003 (penalties): output-token tensor built from InputBatch.token_ids_cpu.
+"""Penalty output tokens: the output-token tensor built from InputBatch.token_ids_cpu.
 
 Pristine: `apply_all_penalties` turns the B output lists into a padded [B, L] tensor with
 `make_tensor_with_pad` every step. Patched: `OutputTokensTensorBuilder.build` copies numpy
@@ -23,8 +23,6 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
-
 VOCAB = 97
 MAX_MODEL_LEN = 640
 
@@ -32,7 +30,7 @@ MAX_MODEL_LEN = 640
 @pytest.fixture(scope="module")
 def _opaque_types_once():
     """Let both roots import `vllm.utils.torch_utils` (same workaround as
-    test_002_pooling.py; candidate for tests/equivalence/conftest.py).
+    test_pooling_prompt_ids.py; candidate for tests/equivalence/conftest.py).
 
     On torch >= 2.11 that module registers `LayerName` as a torch opaque type by
     qualified name, so the second root's import fails with "already registered". The

@@ -1,4 +1,4 @@
-"""Seed 001, the out-of-vocabulary guard (GHSA-8wr5-jm2h-8r4f, upstream PR #44744, 0.24.0).
+"""The recovered tokens' out-of-vocabulary guard (GHSA-8wr5-jm2h-8r4f, upstream PR #44744, 0.24.0).
 
 Every pin whose pristine ``sample_recovered_tokens_kernel`` lacks the guard carries it:
 0.16.0/0002, 0.18.1/0002 and 0.22.0/0002. Inputs whose in-vocabulary scores are all NaN in
@@ -9,7 +9,7 @@ Two triggers: q == 0 (``inv_q == inf``, ``0 * inf == NaN``) and NaN target probs
 `_out_of_vocab` is the verdict: the patched kernel must give no such id and equal the
 reference; `test_pristine_has_the_flaw` runs the same verdict on pristine and requires it to
 fail there, so the check is shown to catch the bug it claims to catch on each pin.
-Triton runs through the interpreter on CPU, as in ``test_001_recovered_tokens``.
+Triton runs through the interpreter on CPU, as in ``test_recovered_tokens``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.equivalence import test_001_recovered_tokens as base
+from tests.equivalence import test_recovered_tokens as base
 from verify.equivalence import recovered_tokens_ref as ref
 
 BLOCK, _call, torch = base.BLOCK, base._call, base.torch
 sides = base.sides  # the module-scoped fixture: both kernels under the interpreter
-
-pytestmark = pytest.mark.pins("0.16.0", "0.18.1", "0.22.0")
 
 VOCABS = [100, BLOCK + 5]
 TRIGGERS = ("zero_q", "nan_target")

@@ -1,4 +1,4 @@
-"""Seed 002: pooling prompt token ids kept on the host (vLLM PR #38139 and its follow-up).
+"""Pooling prompt token ids kept on the host (vLLM PR #38139 and its follow-up).
 
 0.18.1 patch (backport of #38139): `PoolingMetadata` gains `prompt_token_ids_cpu` and
 `get_prompt_token_ids_cpu()`; `InputBatch.get_pooling_metadata()` fills it straight from the
@@ -37,8 +37,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-pytestmark = pytest.mark.pins("0.18.1", "0.22.0")
 
 VOCAB_SIZE = 32  # also the padding value of the prompt token id buffers
 MAX_MODEL_LEN = 64

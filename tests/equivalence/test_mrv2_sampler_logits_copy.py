@@ -1,4 +1,4 @@
-"""Seed 000 (vLLM PR #35214): MRV2 Sampler skips its FP32 logits copy when no request in
+"""vLLM PR #35214: the MRV2 Sampler skips its FP32 logits copy when no request in
 the batch needs logits processing.
 
 Pristine vs patched `vllm.v1.worker.gpu.sample.sampler.Sampler` (and the spec-decode
@@ -32,10 +32,8 @@ import torch
 
 from tests.equivalence.mrv2_cpu import interpreter_roots
 
-# test_003_penalties_one_pass imports it from here
+# test_penalties_one_pass imports it from here
 from tests.equivalence.mrv2_cpu import two_roots_importable as _two_roots_importable  # noqa: F401
-
-pytestmark = pytest.mark.pins("0.22.0")
 
 SAMPLE = "vllm.v1.worker.gpu.sample"
 MAX_NUM_REQS = 256

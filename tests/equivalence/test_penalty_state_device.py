@@ -12,7 +12,7 @@ failure (`reset_row`, as `_update_states` calls it); after each step's sampling
 `PenaltyState.record_sampled` counts the sampled ids. The penalized logits come from
 `PenaltyState.apply`: on CPU its torch path (upstream's own ops on the counts read from the
 state), and its Triton kernel (the CUDA path) under the Triton interpreter against the dense
-path with the CUDA repetition op's arithmetic (as test_003_penalties_one_pass.py).
+path with the CUDA repetition op's arithmetic (as test_penalties_one_pass.py).
 
 The kernel touches only the ids a slot lists (the whole vocabulary for rows whose presence or
 frequency penalty is negative, -0.0 or not finite); its lists are kept by `record_sampled`
@@ -55,18 +55,17 @@ try:  # a jit function needs triton.language among its globals (the kernel mutan
 except ImportError:  # the kernel tests skip (see the one_pass fixture)
     tl = None
 
-from tests.equivalence.test_003_penalties import (  # noqa: F401  (fixtures)
+from tests.equivalence.test_penalties_one_pass import (  # noqa: F401  (fixtures)
+    dense,
+    one_pass,
+)
+from tests.equivalence.test_penalty_output_tokens import (  # noqa: F401  (fixtures)
     _custom_ops_once,
     _opaque_types_once,
     mods,
 )
-from tests.equivalence.test_003_penalties_one_pass import (  # noqa: F401  (fixtures)
-    dense,
-    one_pass,
-)
 
 pytestmark = [
-    pytest.mark.pins("0.22.0", "0.33.0"),
     # The Triton interpreter warns (numpy) at every scalar it indexes with.
     pytest.mark.filterwarnings("ignore::DeprecationWarning:triton.runtime.interpreter"),
 ]

@@ -1,4 +1,4 @@
-"""Seed 003 (thinking budget): watermark scan for the think start/end markers.
+"""Thinking budget: the watermark scan for the think start/end markers.
 
 Pristine `ThinkingBudgetStateHolder._update_think_state` rescans the whole output for the
 start/end marker every step until it is found. Patched scans only newly appended tokens
@@ -20,8 +20,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytestmark = pytest.mark.pins("0.22.0", "0.33.0")
-
 VOCAB = 12
 START = [6, 7]
 END = [8, 9]
@@ -30,7 +28,7 @@ END = [8, 9]
 @pytest.fixture(scope="module")
 def _opaque_types_once():
     """Let both roots import `vllm.utils.torch_utils` (same workaround as
-    test_002_pooling.py; candidate for tests/equivalence/conftest.py).
+    test_pooling_prompt_ids.py; candidate for tests/equivalence/conftest.py).
 
     On torch >= 2.11 that module registers `LayerName` as a torch opaque type by
     qualified name, so the second root's import fails with "already registered". The
