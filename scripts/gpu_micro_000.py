@@ -121,7 +121,7 @@ class _CpuUvaBuffer:
 
 
 def _install_cpu_stand_ins() -> None:
-    """The CPU-only hacks of tests/equivalence/test_000_mrv2_sampler.py (no accelerator: no
+    """The CPU-only hacks of tests/equivalence/test_mrv2_sampler_logits_copy.py (no accelerator: no
     UVA, no pinned memory, no SM count for the Triton top-k/top-p path)."""
     import importlib
 
