@@ -642,7 +642,7 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
     jobs = {
         "003": [
             sys.executable,
-            str(scripts / "bench_003_cpu.py"),
+            str(scripts / "bench_penalty_host_cpu.py"),
             "--pin",
             "0.22.0",
             "--device",
@@ -654,7 +654,7 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
         ],
         "000": [
             sys.executable,
-            str(scripts / "gpu_micro_000.py"),
+            str(scripts / "gpu_mrv2_sampler_bench.py"),
             "--pristine-root",
             str(site_of("pristine")),
             "--patched-root",
@@ -668,7 +668,7 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
     # 003's double-buffered CUDA staging under a busy stream (race check with a control)
     jobs["003-staging"] = [
         sys.executable,
-        str(scripts / "gpu_check_003_staging.py"),
+        str(scripts / "gpu_check_penalty_staging.py"),
         "--penalties",
         str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
         "--out",
@@ -694,7 +694,7 @@ def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> d
     if roots_018:
         jobs["002"] = [
             sys.executable,
-            str(scripts / "gpu_micro_002.py"),
+            str(scripts / "gpu_pooling_prompt_ids_bench.py"),
             "--device",
             "cuda",
             "--roots",

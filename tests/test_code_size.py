@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_LINES, MODULE_LINES = 80, 600
 #: Functions over FUNCTION_LINES today: "file:function" -> its lines.
 LONG_FUNCTIONS = {
-    "scripts/gpu_micro_000.py:run": 167,
-    "scripts/bench_003_cpu.py:main": 156,
-    "scripts/gpu_micro_002.py:run": 131,
+    "scripts/gpu_mrv2_sampler_bench.py:run": 167,
+    "scripts/bench_penalty_host_cpu.py:main": 156,
+    "scripts/gpu_pooling_prompt_ids_bench.py:run": 131,
     "scripts/bench_penalties_apply.py:main": 119,
     "scripts/gpu_verify.py:run_serve_bench": 112,
     "scripts/gpu_verify.py:run_micro": 85,
@@ -23,10 +23,10 @@ LONG_FUNCTIONS = {
 LONG_MODULES = {
     "verify/importer/gpu.py": 702,
     "verify/ab/__main__.py": 993,
-    "scripts/gpu_micro_000.py": 970,
+    "scripts/gpu_mrv2_sampler_bench.py": 970,
     "verify/importer/gpu_engine_ab.py": 923,
     "scripts/gpu_verify.py": 862,
-    "scripts/gpu_micro_002.py": 774,
+    "scripts/gpu_pooling_prompt_ids_bench.py": 774,
     "verify/buildtree.py": 668,
     "scripts/gpu_kernel_bench.py": 639,
     "verify/ab/engines.py": 608,

@@ -68,7 +68,7 @@ def test_micro_003_patched_cost_must_stay_flat(mod, tmp_path, patched_pen_long, 
         _bench_row(256, (1.4, 0.4), (3.9, 0.22)),
         _bench_row(12288, (55.0, patched_pen_long), (193.0, 0.34)),
     ]
-    bench = {"command": "bench_003_cpu.py", "date": META["date"], "device": "cuda",
+    bench = {"command": "bench_penalty_host_cpu.py", "date": META["date"], "device": "cuda",
              "params": {"batch": 128}, "results": rows}  # fmt: skip
     (tmp_path / "0.22.0" / "micro-003.json").write_text(json.dumps(bench))
     _write(tmp_path, "micro", {})
@@ -81,7 +81,7 @@ def test_micro_003_patched_cost_must_stay_flat(mod, tmp_path, patched_pen_long, 
 def _staging(mismatched: int, control: int) -> dict:
     run = {"steps": 200, "staging_pinned": True, "num_buffers": 2}
     return {
-        "command": "python3 scripts/gpu_check_003_staging.py",
+        "command": "python3 scripts/gpu_check_penalty_staging.py",
         "penalties": ".gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py",
         "stress": {**run, "mismatched_steps": mismatched},
         "control_no_events": {**run, "mismatched_steps": control},

@@ -1,4 +1,4 @@
-"""Verdict and table for the penalty staging-fill A/B (scripts/bench_003_build_ab.py).
+"""Verdict and table for the penalty staging-fill A/B (scripts/bench_penalty_staging_ab.py).
 
 Side a is the per-row loop of the series up to 0.22.0 patch 0008, side b the one-gather fill of
 patch 0009. Rule: the two builds give equal tensors at every step, and b is faster at every

@@ -1,6 +1,6 @@
 """CPU tier: benchmark files of this machine's scripts and the CPU tier's own records -> records.
 
-- ``bench_003.json`` (scripts/bench_003_cpu.py) -> microbench-003 (growth rule)
+- ``bench_003.json`` (scripts/bench_penalty_host_cpu.py) -> microbench-003 (growth rule)
 - ``bench_penalties_apply.json`` -> microbench-003-apply (verify.sparse_penalties)
 - ``bench_003_build_ab.json`` -> microbench-003-build (verify.build_ab)
 - the records `python -m verify.e2e` wrote (e2e-*) are re-judged by the rules of

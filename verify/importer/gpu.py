@@ -246,7 +246,7 @@ def micro_003_apply(version: str) -> dict | None:
 
 def micro_003_build(version: str) -> dict | None:
     """0009: the penalty staging fill, per-row loop (series up to 0008) vs one gather per step,
-    on the GPU machine's host with CUDA staging (scripts/bench_003_build_ab.py; run in the
+    on the GPU machine's host with CUDA staging (scripts/bench_penalty_staging_ab.py; run in the
     micro step's device call, so the micro step's metadata is its provenance)."""
     if not (loaded := _micro_job(version, "micro-003-build-ab")):
         return None

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 002 microbenchmark on vLLM 0.18.1: pooling prompt token ids, pristine vs patched.
+"""Microbenchmark on vLLM 0.18.1: pooling prompt token ids, pristine vs patched.
 
 Patch ``patches/0.18.1/0001`` (backport of vLLM PR #38139) adds
 ``PoolingMetadata.prompt_token_ids_cpu`` / ``get_prompt_token_ids_cpu()``. Pristine 0.18.1
@@ -30,13 +30,12 @@ numpy arrays) are compared with ``torch.equal`` between the trees and against th
 mismatch marks the shape failed, the timings are still written. The JSON is rewritten after
 every shape, so a run cut short keeps what it measured.
 
-How vLLM 0.18.1 is loaded: ``scripts/pack_micro_002_roots.py`` (run on the dev machine) packs
+How vLLM 0.18.1 is loaded: ``scripts/pack_pooling_bench_roots.py`` (run on the dev machine) packs
 ``.gpu/roots-0.18.1/`` (pristine ``vllm/`` + ``vllm.egg-info`` as ``pristine.tar.xz``, the
 series' changed files as ``overlay/``, ``SERIES_HASH``, ``MANIFEST.json``); this script unpacks
 it to ``<work>/pristine`` and ``<work>/patched`` (= pristine + overlay; reused when unchanged).
-Both roots are imported side by side as ``tests/equivalence`` does, with
-``verify.equivalence.roots.ImportRoot`` (which needs no gitpython for this): while a
-root is active its directory is ``sys.path[0]`` and ``sys.modules`` holds its ``vllm`` modules
+Both roots are imported side by side as ``tests/equivalence`` does, with ``ImportRoot``
+(verify.equivalence.roots, no gitpython needed): while a root is active its directory is ``sys.path[0]`` and ``sys.modules`` holds its ``vllm`` modules
 only; every vLLM call runs inside ``active()``. The roots are pure Python: ``vllm/platforms/
 cuda.py`` does ``import vllm._C``, so platform detection must never run: before anything else
 from vLLM is imported, ``vllm.platforms._current_platform`` is preset in each root to
@@ -63,9 +62,10 @@ missing one stops the run with a message naming it.
 CPU smoke tests: ``--device cpu`` (CpuPlatform, as the equivalence tests) and ``--device cpu
 --platform unspecified`` (the platform object the CUDA run uses).
 
-    python scripts/pack_micro_002_roots.py                       # here: writes .gpu/roots-0.18.1
-    python3 scripts/gpu_micro_002.py --roots .gpu/roots-0.18.1 --out $OUT/gpu/micro-002.json
-    python scripts/gpu_micro_002.py --device cpu --roots .gpu/roots-0.18.1 \\
+    python scripts/pack_pooling_bench_roots.py         # here: writes .gpu/roots-0.18.1
+    python3 scripts/gpu_pooling_prompt_ids_bench.py --roots .gpu/roots-0.18.1 \\
+        --out $OUT/gpu/micro-002.json
+    python scripts/gpu_pooling_prompt_ids_bench.py --device cpu --roots .gpu/roots-0.18.1 \\
         --out /tmp/m002.json --quick                             # CPU smoke test (< 2 min)
 """
 
@@ -103,7 +103,7 @@ VLLM_VERSION = "0.18.1"
 DEFAULT_ROOTS = REPO / ".gpu" / f"roots-{VLLM_VERSION}"
 DEFAULT_WORK = Path("/tmp/pb-018")
 PACK_HINT = (
-    "run `python scripts/pack_micro_002_roots.py` on the dev machine (repo root) and carry "
+    "run `python scripts/pack_pooling_bench_roots.py` on the dev machine (repo root) and carry "
     "`.gpu/roots-0.18.1` with the device run"
 )
 VARIANTS = ("pristine", "patched")
@@ -287,7 +287,7 @@ class Tree:
             raise SetupError(
                 f"{name} root {root.path}: PoolingMetadata.get_prompt_token_ids_cpu "
                 f"{'exists' if has_cpu else 'is missing'}; the roots are not pristine/patched "
-                f"0.18.1 with seed 002; {PACK_HINT}"
+                f"0.18.1 with the pooling patch; {PACK_HINT}"
             )
 
     def gritlm_source_check(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""scripts/gpu_micro_000.py: the summary math (no torch) and a CPU end-to-end smoke run (slow)."""
+"""scripts/gpu_mrv2_sampler_bench.py: the summary math (no torch) and a CPU end-to-end smoke run
+(slow)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_micro_000.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_mrv2_sampler_bench.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_micro_000", SCRIPT)
+    spec = importlib.util.spec_from_file_location("gpu_mrv2_sampler_bench", SCRIPT)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,7 +1,9 @@
-"""Torch-free checks of scripts/gpu_micro_002.py and scripts/pack_micro_002_roots.py.
+"""Torch-free checks of scripts/gpu_pooling_prompt_ids_bench.py and
+scripts/pack_pooling_bench_roots.py.
 
 The benchmark itself needs torch and the 0.18.1 roots; its CPU smoke run is
-``python scripts/gpu_micro_002.py --device cpu --quick ...`` (see the script's docstring).
+``python scripts/gpu_pooling_prompt_ids_bench.py --device cpu --quick ...`` (see the script's
+docstring).
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ def _load(name: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def micro() -> ModuleType:
-    return _load("gpu_micro_002")
+    return _load("gpu_pooling_prompt_ids_bench")
 
 
 @pytest.fixture(scope="module")
 def packer() -> ModuleType:
-    return _load("pack_micro_002_roots")
+    return _load("pack_pooling_bench_roots")
 
 
 def test_pack_then_unpack(
@@ -79,7 +81,7 @@ def test_missing_roots_say_how_to_pack(tmp_path: Path, micro: ModuleType) -> Non
     assert micro.main(argv) == 2
     record = json.loads(out.read_text())
     assert record["status"] == "error"
-    assert "pack_micro_002_roots.py" in record["error"]
+    assert "pack_pooling_bench_roots.py" in record["error"]
     assert record["vllm_version"] == "0.18.1"
 
 

@@ -1,4 +1,4 @@
-"""CPU microbenchmark for seed 003: per-step sampler host work vs generated length.
+"""Microbenchmark of the V1 penalties' per-step sampler host work vs generated length.
 
 Measures, for a decode batch of B requests that have each generated L tokens:
 
@@ -13,7 +13,7 @@ and patched calls are interleaved in the same process. The penalty math itself
 (`apply_penalties` on [B, vocab] logits) is identical in both and not timed.
 
 Usage (from the repo root):
-    python scripts/bench_003_cpu.py --pin 0.22.0 [--out results/cpu/0.22.0/bench_003.json]
+    python scripts/bench_penalty_host_cpu.py --pin 0.22.0 [--out results/cpu/0.22.0/bench_003.json]
 Roots: the build tree's pristine tag and HEAD (verify.equivalence.roots), or the
 PATCHBENCH_PRISTINE_ROOT / PATCHBENCH_PATCHED_ROOT overrides.
 
@@ -347,7 +347,7 @@ def main() -> int:
             )
 
     result = {
-        "benchmark": "bench_003_cpu" if DEVICE.type == "cpu" else "bench_003_gpu_host",
+        "benchmark": "bench_penalty_host_cpu" if DEVICE.type == "cpu" else "bench_penalty_host_gpu",
         "device": str(DEVICE),
         "gpu": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else None,
         "seed": "003",

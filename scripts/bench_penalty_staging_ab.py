@@ -6,7 +6,7 @@ one token per request and, with --async-placeholders (the engine's async schedul
 placeholder that the next step replaces. The two builds are timed interleaved (order
 alternating) and their tensors compared at every step.
 
-    python scripts/bench_003_build_ab.py --a OLD/penalties.py --b NEW/penalties.py \\
+    python scripts/bench_penalty_staging_ab.py --a OLD/penalties.py --b NEW/penalties.py \\
         --batch 64 --lengths 256,4096 --steps 200 --async-placeholders --out FILE.json
 """
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pack the vLLM 0.18.1 import roots that ``scripts/gpu_micro_002.py`` needs on the GPU machine.
+"""Pack the vLLM 0.18.1 import roots that ``scripts/gpu_pooling_prompt_ids_bench.py`` needs on
+the GPU machine.
 
 The GPU machine has no git, no gitpython and no 0.18.1 sdist, so this runs here, from the repo
 root, and writes (default ``.gpu/roots-0.18.1/``, ignored by git):
@@ -11,7 +12,7 @@ root, and writes (default ``.gpu/roots-0.18.1/``, ignored by git):
 - ``SERIES_HASH`` (``verify.series.series_hash``, as ``verify/gpu_overlay.py`` writes it) and
   ``MANIFEST.json`` (commits, overlay and deleted files, sha256 of the tarball).
 
-    python scripts/pack_micro_002_roots.py            # applies the series first (no-op if done)
+    python scripts/pack_pooling_bench_roots.py            # applies the series first (no-op if done)
 
 Carry the folder with the device run (``carry: [".gpu/roots-0.18.1"]``); about 3 MiB.
 """

@@ -1,4 +1,4 @@
-"""GPU check for seed 003: OutputTokensTensorBuilder's pinned, double-buffered CUDA staging.
+"""GPU check: OutputTokensTensorBuilder's pinned, double-buffered CUDA staging.
 
 The CPU equivalence tests drive the CUDA branch with a host stand-in for the copy and its
 events; only a GPU shows whether a staging buffer is refilled while its H2D copy is still
@@ -16,7 +16,7 @@ install needed), and on a CUDA device:
 3. timing: per-step host time of the upstream list path (a reimplementation of
    make_tensor_with_pad + pin + non_blocking H2D + masked_fill_) vs the builder, B=128.
 
-Usage: python3 scripts/gpu_check_003_staging.py
+Usage: python3 scripts/gpu_check_penalty_staging.py
            [--penalties .gpu/overlay/0.22.0/patched/vllm/v1/sample/ops/penalties.py] [--out F]
 """
 

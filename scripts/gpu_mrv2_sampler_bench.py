@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 000 microbenchmark: the Model Runner V2 ``Sampler.__call__``, pristine vs patched.
+"""Microbenchmark of the Model Runner V2 ``Sampler.__call__``, pristine vs patched.
 
 Patch 0001 makes ``Sampler.apply_sampling_params`` (``vllm/v1/worker/gpu/sample/sampler.py``)
 return the input logits unchanged, skipping an FP32 copy of ``[num_tokens, vocab]``, when no
@@ -17,8 +17,8 @@ by JSON lines on stdin; it answers JSON lines on a private copy of its stdout (v
 goes to the log file). Rounds alternate the pristine/patched order; every round's result is
 written to the JSON at once, so a run cut short keeps what it measured.
 
-    python3 scripts/gpu_micro_000.py --out $OUT/micro-000.json            # on the GPU machine
-    python scripts/gpu_micro_000.py --device cpu --quick \\
+    python3 scripts/gpu_mrv2_sampler_bench.py --out $OUT/micro-000.json   # on the GPU machine
+    python scripts/gpu_mrv2_sampler_bench.py --device cpu --quick \\
         --pristine-root P --patched-root Q --out /tmp/m000.json            # CPU smoke test
 
 As a ``scripts/gpu_verify.py`` step: ``run(out_dir, meta, {"pristine": p, "patched": q})``
@@ -103,7 +103,7 @@ CLOSE_MARGIN_S = 8.0  # kept back from the budget to stop the workers and write 
 
 
 def say(message: str) -> None:
-    print(f"[gpu_micro_000 {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    print(f"[gpu_mrv2_sampler_bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 # =============================================================================================
