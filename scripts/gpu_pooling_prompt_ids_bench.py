@@ -31,23 +31,23 @@ mismatch marks the shape failed, the timings are still written. The JSON is rewr
 every shape, so a run cut short keeps what it measured.
 
 How vLLM 0.18.1 is loaded: ``scripts/pack_pooling_bench_roots.py`` (run on the dev machine) packs
-``.gpu/roots-0.18.1/`` (pristine ``vllm/`` + ``vllm.egg-info`` as ``pristine.tar.xz``, the
-series' changed files as ``overlay/``, ``SERIES_HASH``, ``MANIFEST.json``); this script unpacks
-it to ``<work>/pristine`` and ``<work>/patched`` (= pristine + overlay; reused when unchanged).
-Both roots are imported side by side as ``tests/equivalence`` does, with ``ImportRoot``
-(verify.equivalence.roots, no gitpython needed): while a root is active its directory is ``sys.path[0]`` and ``sys.modules`` holds its ``vllm`` modules
-only; every vLLM call runs inside ``active()``. The roots are pure Python: ``vllm/platforms/
-cuda.py`` does ``import vllm._C``, so platform detection must never run: before anything else
-from vLLM is imported, ``vllm.platforms._current_platform`` is preset in each root to
-``UnspecifiedPlatform()`` (``--device cuda``: no custom ops, ``is_pin_memory_available()`` True)
-or ``CpuPlatform()`` (``--device cpu``, as the CPU equivalence tests), and ``InputBatch`` gets
-``device`` and ``pin_memory`` (True on CUDA) explicitly. Two other process-wide registrations
-are made idempotent (``verify.equivalence.registrations``) so the second root can import:
-torch opaque types (torch >= 2.11, ``vllm.utils.torch_utils.ModuleName``) and
-``direct_register_custom_op``. Nothing here calls
-custom ops or torch.compile. A vLLM bundle (e.g. 0.22.0 at ``/tmp/vllm-bundle/site``) may stay
-on ``sys.path``/``PYTHONPATH`` for third-party packages: the active root comes first, and every
-loaded ``vllm`` module is checked to come from its root (the run fails otherwise).
+``.gpu/roots-0.18.1/`` (pristine ``vllm/`` + ``vllm.egg-info`` as ``pristine.tar.xz``, the series'
+changed files as ``overlay/``, ``SERIES_HASH``, ``MANIFEST.json``); this script unpacks it to
+``<work>/pristine`` and ``<work>/patched`` (= pristine + overlay; reused when unchanged). Both roots
+are imported side by side as ``tests/equivalence`` does, with ``ImportRoot``
+(verify.equivalence.roots, no gitpython needed): while a root is active its directory is
+``sys.path[0]`` and ``sys.modules`` holds its ``vllm`` modules only; every vLLM call runs inside
+``active()``. The roots are pure Python: ``vllm/platforms/cuda.py`` does ``import vllm._C``, so
+platform detection must never run: before anything else from vLLM is imported,
+``vllm.platforms._current_platform`` is preset in each root to ``UnspecifiedPlatform()`` (``--device
+cuda``: no custom ops, ``is_pin_memory_available()`` True) or ``CpuPlatform()`` (``--device cpu``,
+as the CPU equivalence tests), and ``InputBatch`` gets ``device`` and ``pin_memory`` (True on CUDA)
+explicitly. Two other process-wide registrations are made idempotent
+(``verify.equivalence.registrations``) so the second root can import: torch opaque types (torch >=
+2.11, ``vllm.utils.torch_utils.ModuleName``) and ``direct_register_custom_op``. Nothing here calls
+custom ops or torch.compile. A vLLM bundle (e.g. 0.22.0 at ``/tmp/vllm-bundle/site``) may stay on
+``sys.path``/``PYTHONPATH`` for third-party packages: the active root comes first, and every loaded
+``vllm`` module is checked to come from its root (the run fails otherwise).
 
 Third-party modules the 0.18.1 import chain here pulls in (``pooling_params`` -> ``vllm.config``
 -> ``transformers_utils``; ``gpu_input_batch``; the platform), all in the GPU image or the 0.22.0
