@@ -8,12 +8,29 @@ covers is data in patches/registry/, not a marker in the module.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 
 import pytest
 
 from verify.equivalence.roots import ImportRoot, roots
 from verify.versions import MAIN
+
+
+def _interpret_triton_without_a_gpu() -> None:
+    """Triton decides at its first import whether its own @jit helpers (tl.max, ...) are
+    interpreter functions, and the test modules are imported by name before any test runs:
+    without a GPU, where the interpreter is the only way a kernel runs, turn it on here."""
+    if "triton" in sys.modules or importlib.util.find_spec("torch") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_interpret_triton_without_a_gpu()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

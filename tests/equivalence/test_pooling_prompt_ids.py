@@ -109,15 +109,22 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
     import importlib.util
     import inspect
 
+    before = {}
     for root in (pristine, patched):
         with root.active():
             # A source tree has no build to tell vLLM its platform; without one it would
-            # assume pinned memory, which CPU-only torch cannot allocate.
+            # assume pinned memory, which CPU-only torch cannot allocate. Set even where a
+            # module run before this one resolved another platform in the root.
             platforms = importlib.import_module("vllm.platforms")
-            if platforms._current_platform is None:
-                from vllm.platforms.cpu import CpuPlatform
+            from vllm.platforms.cpu import CpuPlatform
 
-                platforms._current_platform = CpuPlatform()
+            before[root] = (platforms, platforms._current_platform)
+            platforms._current_platform = CpuPlatform()
+            # ...and where such a module already imported the pooling metadata, its
+            # import-time `pin_memory` was read on that platform: no accelerator here.
+            metadata = importlib.import_module("vllm.v1.pool.metadata")
+            if getattr(metadata, "pin_memory", False):
+                metadata.pin_memory = False
             tu = importlib.import_module("vllm.utils.torch_utils")
             if hasattr(tu, "PIN_MEMORY"):  # 0.26.0 on: no accelerator here, so never pin
                 tu.PIN_MEMORY = False
@@ -153,6 +160,8 @@ def _custom_ops_once(_opaque_types_once, pristine, patched):
                 finally:
                     torch_library.Library = plain_library
     yield
+    for platforms, platform in before.values():
+        platforms._current_platform = platform
 
 
 # --------------------------------------------------------------------------- batch helpers
