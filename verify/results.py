@@ -28,6 +28,8 @@ record names, with the current diff hashes when its series hash is current.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -39,7 +41,7 @@ from typing import Any
 
 from verify import paths, registry, verdicts
 from verify.errors import RecordError
-from verify.series import read_series, series_hash
+from verify.series import read_series, series_dir, series_hash
 
 OUTCOMES = (*verdicts.OUTCOMES, "n/a")  # "n/a": older records, read as "not applicable"
 UNKNOWN = "unknown (not recorded by the run)"
@@ -195,13 +197,49 @@ def tree_stamp(
 
 
 def restamp(record: dict[str, Any], recorded_series: str) -> None:
-    """Give an imported `record` the series hash its run recorded (when that is not the current
-    series, the current per-patch diff hashes do not describe the run: "unknown") and no
-    harness hash (the run did not record one; staleness then rests on the patch hashes)."""
+    """Give an imported `record` the series hash its run recorded (when that series' code is
+    not the current one, the current per-patch diff hashes do not describe the run: "unknown")
+    and no harness hash (the run did not record one; staleness then rests on the patch hashes)."""
     record["series_hash"] = recorded_series
     record["harness_hash"] = None  # an imported run did not record the harness it ran
-    if recorded_series != series_hash(record["vllm_version"]):
+    if not same_code_series(record["vllm_version"], recorded_series):
         record["patches"] = dict.fromkeys(record["patches"], "unknown")
+
+
+def same_code_series(version: str, recorded: str, patches_root: Path | None = None) -> bool:
+    """Whether the series of `version` whose hash was `recorded` (now, or at a commit of its
+    folder) did what today's does: the same diffs in the same order. A reworded message
+    changes the series hash, not the code (`registry.diff_hash`)."""
+    if recorded == series_hash(version, patches_root):
+        return True
+    current = tuple(registry.diff_hash(p) for p in read_series(version, patches_root))
+    return _committed_diffs(str(series_dir(version, patches_root)), recorded) == current
+
+
+@functools.cache
+def _committed_diffs(directory: str, recorded: str) -> tuple[str, ...] | None:
+    """Diff hashes, in series order, of the newest commit of `directory` whose series hash
+    (`series_hash`'s bytes) is `recorded`; None where none is, or git history is not at hand."""
+    import git
+
+    try:
+        repo = git.Repo(directory, search_parent_directories=True)
+        rel = Path(directory).resolve().relative_to(Path(repo.working_tree_dir).resolve())
+        for rev in repo.git.rev_list("HEAD", "--", rel.as_posix()).split():
+            tree = repo.commit(rev).tree / rel.as_posix()
+            manifest = (tree / "series").data_stream.read()
+            present = {blob.name for blob in tree.blobs}
+            names = [n.strip() for n in manifest.decode().splitlines()]
+            names = [n for n in names if n and not n.startswith("#") and n in present]
+            blobs = [(n, (tree / n).data_stream.read()) for n in names]
+            digest = hashlib.sha256(manifest)
+            for name, data in blobs:
+                digest.update(name.encode() + b"\0" + data)
+            if digest.hexdigest()[:10] == recorded:
+                return tuple(registry.diff_hash_text(d.decode()) for _, d in blobs)
+    except (git.GitError, ValueError, KeyError, OSError):
+        return None
+    return None
 
 
 def staleness(
@@ -219,7 +257,7 @@ def staleness(
     step = record.get("step", "")
     current = patch_hashes(version, step, [slug], patches_root, registry_root)[slug]
     if recorded in (None, "unknown"):
-        if record.get("series_hash") != series_hash(version, patches_root):
+        if not same_code_series(version, record.get("series_hash") or "", patches_root):
             return f"recorded for series {record.get('series_hash')} without per-patch hashes"
     elif recorded != current and not _tests_only_change(
         version, step, slug, recorded, patches_root, registry_root

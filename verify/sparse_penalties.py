@@ -3,7 +3,8 @@
 The sparse path (0.22.0 patch 0008) is chosen for CPU logits while a row's prompt + output
 ids are at most vocab / SPARSE_MIN_RATIO; it must give the dense path's results everywhere and
 be faster where it is chosen: every such length's dense / sparse ratio of paired steps
-(verify.stats, 95% interval on the log scale) resolved above 1 beyond THRESHOLD. A length
+(verify.stats, 95% interval on the log scale) resolved above 1 beyond the registry step's noise
+threshold (`threshold`). A length
 resolved slower fails; one not resolved either way leaves the step "no difference resolved".
 On other devices the patch keeps the dense path, so there the sparse path must not be clearly
 faster at any length (its interval's low end above UNUSED_GAIN: the patch would leave a gain
@@ -11,7 +12,8 @@ unused); a pass needs every interval's high end at most UNUSED_GAIN.
 
 When the run also timed 0010's one-pass Triton path (`--one-pass`, CUDA, where the patched
 engine takes it at every length), that path must equal the dense path bit for bit at every
-length and must not be slower there (dense / one-pass resolved within THRESHOLD of 1 or above).
+length and must not be slower there (dense / one-pass resolved within the threshold of 1 or
+above).
 
 Runs recorded before the per-step times were kept (rows without `sparse_ms_steps`) are judged
 on their medians, as then, and say that no interval was recorded.
@@ -24,7 +26,6 @@ from verify.verdicts import FAIL, PASS, UNRESOLVED, Verdict
 
 SPARSE_MIN_RATIO = 12  # the patch's _SPARSE_PENALTIES_MIN_RATIO
 UNUSED_GAIN = 1.10
-THRESHOLD = 0.05  # noise threshold of the registry step (penalties-sparse-apply-cpu)
 
 
 def chosen_up_to(params: dict) -> int:
@@ -46,8 +47,8 @@ def speedups(rows: list[dict], variant: str) -> dict[int, stats.Ratio]:
     return {L: r for L, r in found.items() if r is not None}
 
 
-def verdict(params: dict, rows: list[dict]) -> Verdict:
-    """The step's verdict for one benchmark run."""
+def verdict(params: dict, rows: list[dict], threshold: float) -> Verdict:
+    """The step's verdict for one benchmark run, `threshold` the registry step's."""
     if not rows:
         return Verdict(FAIL, "no lengths measured")
     differ = [r["L"] for r in rows if not r["equal"]]
@@ -57,19 +58,19 @@ def verdict(params: dict, rows: list[dict]) -> Verdict:
     if bits:
         return Verdict(FAIL, f"the one-pass path's bits differ from the dense path's at L={bits}")
     if all("sparse_ms_steps" in r for r in rows):
-        return _interval_verdict(params, rows)
+        return _interval_verdict(params, rows, threshold)
     return _median_verdict(params, rows)
 
 
-def _interval_verdict(params: dict, rows: list[dict]) -> Verdict:
+def _interval_verdict(params: dict, rows: list[dict], threshold: float) -> Verdict:
     limit, cpu = chosen_up_to(params), params.get("device", "cpu") == "cpu"
     sparse, one_pass = speedups(rows, "sparse"), speedups(rows, "one_pass")
-    state = {L: stats.classify(r, THRESHOLD, lower_is_better=False) for L, r in sparse.items()}
+    state = {L: stats.classify(r, threshold, lower_is_better=False) for L, r in sparse.items()}
     effect = interval_effect(sparse, one_pass)
     behind = [
         L
         for L, r in one_pass.items()
-        if stats.classify(r, THRESHOLD, lower_is_better=False) == stats.SLOWER
+        if stats.classify(r, threshold, lower_is_better=False) == stats.SLOWER
     ]
     if behind:
         return Verdict(FAIL, f"the one-pass path is slower than the dense path at L={behind}")
@@ -84,7 +85,7 @@ def _interval_verdict(params: dict, rows: list[dict]) -> Verdict:
     open_ = [L for L, s in state.items() if L <= limit and s != stats.FASTER]
     open_ += [L for L, r in off_cpu.items() if r.high is None or r.high > UNUSED_GAIN]
     open_ += [
-        L for L, r in one_pass.items() if not stats.within(r, THRESHOLD, lower_is_better=False)
+        L for L, r in one_pass.items() if not stats.within(r, threshold, lower_is_better=False)
     ]
     if open_:
         return Verdict(UNRESOLVED, f"not resolved at L={sorted(set(open_))}: {effect}")

@@ -106,7 +106,9 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-apply",
             root / "bench_penalties_apply.json",
-            sparse_penalties.verdict,
+            lambda p, rows: sparse_penalties.verdict(
+                p, rows, registry.threshold(version, "microbench-003-apply")
+            ),
             sparse_penalties.numbers,
             sparse_penalties.table,
         ),

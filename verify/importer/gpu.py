@@ -229,7 +229,9 @@ def micro_003_apply(version: str) -> dict | None:
         return None
     bench, src = loaded
     p, rows = {**bench["params"], "device": bench["device"]}, bench["results"]
-    judged = sparse_penalties.verdict(p, rows)
+    judged = sparse_penalties.verdict(
+        p, rows, registry.threshold(version, "microbench-gpu-003-apply")
+    )
     numbers = sparse_penalties.numbers(p, rows)
     table = sparse_penalties.table(rows)
     # The same sparse function, timed in an earlier device call of series 232dc57cb5 (before
