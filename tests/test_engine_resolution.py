@@ -261,6 +261,19 @@ def test_a_production_shape_run_must_resolve_half_a_percent(root):
     assert big["outcome"] == "no difference resolved" and "not 0.5%" in big["reason"]
 
 
+def test_the_target_is_the_harness_proofs_data(root, monkeypatch):
+    """patches/harness-proofs.toml sets the target: the same rounds judged against a wider
+    production target pass."""
+    from verify import registry
+
+    run = {**synthetic_run(RIGHT, noise=0.01, n=20), "model": "qwen3-8b"}
+    assert _import(root, run)["outcome"] == "no difference resolved"
+    proofs = registry.harness_proofs()
+    proofs["gpu-engine-resolution"]["production_target"] = 0.01
+    monkeypatch.setattr(registry, "harness_proofs", lambda root=None: proofs)
+    assert _import(root, run)["outcome"] == "pass"
+
+
 def test_rounds_in_engine_restart_blocks_are_judged_over_the_blocks(root):
     """A run with --restart-every: identical engines whose instances differ by up to 0.5% from
     block to block (tight within each block) pass with the interval over the blocks; judged

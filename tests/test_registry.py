@@ -123,7 +123,7 @@ def test_every_committed_record_is_attributed_to_a_patch() -> None:
 def test_a_harness_proof_is_no_patch_evidence(tmp_path: Path) -> None:
     from verify.importer import gpu_engine_resolution
 
-    assert gpu_engine_resolution.STEP in registry.HARNESS_PROOFS
+    assert gpu_engine_resolution.STEP in registry.harness_proofs()
     assert registry.patches_for_record("0.22.0", gpu_engine_resolution.STEP) == []
     assert not registry.attributed("0.22.0", "no-such-record")
     src = (registry.registry_dir() / "penalty-state-device.toml").read_text()

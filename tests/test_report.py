@@ -489,7 +489,7 @@ def test_a_records_own_headline_leads_the_body(make_tree, workspace):
 
 
 def test_the_pin_readme_lists_its_harness_proofs(tmp_path):
-    """Records that prove the harness (registry.HARNESS_PROOFS) get a line each in the pin's
+    """Records that prove the harness (registry.harness_proofs) get a line each in the pin's
     README; a pin without them gets none."""
     from verify import report, results
 

@@ -81,14 +81,14 @@ RULES = ("tests", "identity", "performance", "kernel", "serve-bench", "growth", 
 PERF_RULES = ("kernel", "performance", "growth", "serve-bench", "memory")
 DEVICES = ("cpu", "cuda")
 CLAIMS = ("faster", "not slower")
-#: Records that prove a harness, not a patch (every variant they measure is pristine): no
-#: registry step names them and no patch is attributed them. Record step -> what it proves.
-HARNESS_PROOFS = {
-    "gpu-engine-resolution": "the engine-level A/B (python -m verify.ab engine) resolves a "
-    "planted slowdown of the predicted size and holds its A/A within the target",
-    "gpu-penalty-history": "V1's penalties read the true history: the host output "
-    "lists after the async repair equal the ids the sampler returned (verify/ab/penalty_history)",
-}
+
+
+def harness_proofs(root: Path | None = None) -> dict[str, dict[str, Any]]:
+    """patches/harness-proofs.toml: records that prove a harness, not a patch -> {proves, ...}."""
+    path = (root or patches_root()) / "harness-proofs.toml"
+    return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 _REQUIRED = ("title", "devices", "why", "how", "future_plan", "runners", "reaches", "pins")
 RUNNERS = ("V1", "MRV2")
 RELATED_STATES = ("open", "merged", "closed")
@@ -392,7 +392,7 @@ def validate(
         for pin in entry.pins:
             if pin not in versions:
                 problems.append(f"registry {entry.slug}: unknown pin {pin}")
-        proofs = sorted({r for st in entry.steps for r in st.records} & set(HARNESS_PROOFS))
+        proofs = sorted({r for st in entry.steps for r in st.records} & set(harness_proofs()))
         if proofs:
             problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
         problems += _without_failing_step(entry)
@@ -479,8 +479,8 @@ def prose_problems(entry: Entry) -> list[str]:
 
 def attributed(version: str, step: str, entries: dict[str, Entry] | None = None) -> bool:
     """Whether record step `step` of `version` has an owner: a patch whose registry steps name
-    it, or the harness it proves (`HARNESS_PROOFS`)."""
-    return step in HARNESS_PROOFS or bool(patches_for_record(version, step, entries))
+    it, or the harness it proves (`harness_proofs`)."""
+    return step in harness_proofs() or bool(patches_for_record(version, step, entries))
 
 
 def can_fail(step: Step) -> bool:

@@ -428,12 +428,11 @@ def evidence_for(
 
 
 def harness_proofs(version: str, results_root: Path | None = None) -> list[str]:
-    """The pin's harness proofs (registry.HARNESS_PROOFS: records that prove the harness, not
+    """The pin's harness proofs (registry.harness_proofs: records that prove the harness, not
     a patch), one line each with its outcome and reason; nothing when the pin has none."""
+    proofs = registry.harness_proofs()
     found = {
-        r["step"]: r
-        for r in results_mod.load_all(version, results_root)
-        if r["step"] in registry.HARNESS_PROOFS
+        r["step"]: r for r in results_mod.load_all(version, results_root) if r["step"] in proofs
     }
     if not found:
         return []
@@ -441,7 +440,7 @@ def harness_proofs(version: str, results_root: Path | None = None) -> list[str]:
     for step in sorted(found):
         record = found[step]
         reason = f": {record['reason']}" if record.get("reason") else ""
-        lines.append(_wrap(f"- `{step}` ({registry.HARNESS_PROOFS[step]}): "
+        lines.append(_wrap(f"- `{step}` ({proofs[step]['proves']}): "
                            f"{record['outcome']}{reason}", "  "))  # fmt: skip
     return lines
 

@@ -45,7 +45,7 @@ def _bench(
     version: str,
     step: str,
     src: Path,
-    judge: Callable[[dict, list], Verdict],
+    judge: Callable[[dict, list, str], Verdict],  # params, rows, record step
     numbers: Callable[[dict, list], dict],
     table: Callable[[list], str],
 ) -> Record | None:
@@ -53,7 +53,7 @@ def _bench(
         return None
     data = results.read_json(src)
     params, rows = data["params"], data["results"]
-    verdict = judge(params, rows)
+    verdict = judge(params, rows, step)
     record = results.make(
         step, "003", version, verdict.outcome, {**numbers(params, rows), "source": src.name},
         reason=verdict.reason, command=data["command"], tables=[table(rows)],
@@ -98,7 +98,7 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003",
             root / "bench_003.json",
-            lambda _p, rows: growth.judge(rows),
+            lambda _p, rows, _step: growth.judge(rows),
             lambda p, rows: {"batch": p["batch"], "growth": growth.length_growth(rows)},
             _growth_table,
         ),
@@ -106,8 +106,8 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-apply",
             root / "bench_penalties_apply.json",
-            lambda p, rows: sparse_penalties.verdict(
-                p, rows, registry.threshold(version, "microbench-003-apply")
+            lambda p, rows, step: sparse_penalties.verdict(
+                p, rows, registry.threshold(version, step)
             ),
             sparse_penalties.numbers,
             sparse_penalties.table,
@@ -116,7 +116,7 @@ def bench_records(version: str) -> list[Record]:
             version,
             "microbench-003-build",
             root / "bench_003_build_ab.json",
-            lambda _p, rows: _bool_verdict(build_ab.verdict(rows), build_effect(rows)),
+            lambda _p, rows, _step: _bool_verdict(build_ab.verdict(rows), build_effect(rows)),
             build_ab.numbers,
             build_ab.table,
         ),

@@ -229,9 +229,8 @@ def micro_003_apply(version: str) -> dict | None:
         return None
     bench, src = loaded
     p, rows = {**bench["params"], "device": bench["device"]}, bench["results"]
-    judged = sparse_penalties.verdict(
-        p, rows, registry.threshold(version, "microbench-gpu-003-apply")
-    )
+    step = "microbench-gpu-003-apply"
+    judged = sparse_penalties.verdict(p, rows, registry.threshold(version, step))
     numbers = sparse_penalties.numbers(p, rows)
     table = sparse_penalties.table(rows)
     # The same sparse function, timed in an earlier device call of series 232dc57cb5 (before
@@ -241,9 +240,7 @@ def micro_003_apply(version: str) -> dict | None:
         numbers["earlier_run_232dc57cb5"] = results.read_json(earlier)["results"]
         table += "\n\nEarlier run (series 232dc57cb5, same sparse function):\n\n"
         table += sparse_penalties.table(numbers["earlier_run_232dc57cb5"])
-    return _record(
-        src, "microbench-gpu-003-apply", "003", judged.outcome, numbers, judged.reason, [table]
-    )
+    return _record(src, step, "003", judged.outcome, numbers, judged.reason, [table])
 
 
 def micro_003_build(version: str) -> dict | None:

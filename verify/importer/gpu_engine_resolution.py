@@ -15,7 +15,7 @@ device call): the newest is judged, earlier ones are listed beside it.
 
 from __future__ import annotations
 
-from verify import stats
+from verify import registry, stats
 from verify.ab import rounds as ab_rounds
 from verify.gpu import shapes
 from verify.importer import gpu_engine_ab
@@ -24,10 +24,6 @@ from verify.verdicts import FAIL, INCONCLUSIVE, NOT_RUN, Verdict, resolution
 
 STEP = "gpu-engine-resolution"
 FILES = "engine-aa*.json"
-#: The A/A half-width the proof must reach: +-1% on the small random model, whose steps are
-#: host-bound, and +-0.5% at a production shape (verify.gpu.shapes), whose steps are GPU-bound.
-TARGET = 0.01
-PRODUCTION_TARGET = 0.005
 METRIC = "tok_per_s"
 
 
@@ -62,7 +58,8 @@ def judge_run(run: dict) -> tuple[Verdict, dict, list[str]]:
     aa = ab_rounds.paired(done, base, twin, METRIC)
     slow = ab_rounds.paired(done, base, planted, METRIC)
     predicted = predicted_of(run, base, planted)
-    target = PRODUCTION_TARGET if run.get("model") in shapes.SHAPES else TARGET
+    proof = registry.harness_proofs()[STEP]  # the A/A half-width the proof must reach
+    target = proof["production_target" if run.get("model") in shapes.SHAPES else "target"]
     verdict = judged = resolution.judge(aa, slow, predicted, target)
     if predicted is None and verdict.outcome != FAIL:
         verdict = Verdict(

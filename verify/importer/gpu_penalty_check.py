@@ -92,7 +92,7 @@ def read(version: str, step, entry, runs: list) -> dict:
     return _record(run, step.records[0], entry.slug, verdict, numbers)
 
 
-#: A harness proof (registry.HARNESS_PROOFS): no patch's step, so its name is written here.
+#: A harness proof (registry.harness_proofs): no patch's step, so its name is written here.
 HISTORY_PROOF = "gpu-penalty-history"
 
 
