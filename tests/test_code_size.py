@@ -24,7 +24,6 @@ LONG_MODULES = {
     "verify/importer/gpu.py": 701,
     "verify/ab/__main__.py": 993,
     "scripts/gpu_mrv2_sampler_bench.py": 970,
-    "verify/importer/gpu_engine_ab.py": 923,
     "scripts/gpu_verify.py": 862,
     "scripts/gpu_pooling_prompt_ids_bench.py": 774,
     "verify/buildtree.py": 668,
