@@ -637,7 +637,7 @@ def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
     """Each engine's VLLM_PORT is its own (vLLM scans up from it), from the caller's VLLM_PORT
     or 20000; a variant's own VLLM_PORT wins; a bad or too high base is a named error. Left to
     vLLM's port-0 choice, two engines started at once drew one port (EADDRINUSE)."""
-    from verify.ab import __main__ as ab_main
+    from verify.ab import stages
 
     started: dict[str, dict] = {}
 
@@ -648,7 +648,7 @@ def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
         def start(self):
             return self
 
-    monkeypatch.setattr(ab_main, "Engine", StandInEngine)
+    monkeypatch.setattr(stages, "Engine", StandInEngine)
     args = SimpleNamespace(
         cache_root=None,
         pin_cpus=False,
@@ -660,7 +660,7 @@ def test_engines_started_at_once_get_ports_of_their_own(tmp_path, monkeypatch):
     variants = {"a": (["/s"], {}), "b": (["/s"], {}), "c": (["/s"], {"VLLM_PORT": "31000"})}
 
     def ports() -> list[str]:
-        ab_main.start_engines(variants, args, tmp_path, {})
+        stages.start_engines(variants, args, tmp_path, {})
         return [started[name]["VLLM_PORT"] for name in variants]
 
     monkeypatch.delenv("VLLM_PORT", raising=False)
