@@ -46,3 +46,11 @@ def test_one_record_per_module(tmp_path):
 def test_group_is_the_module_name_dashed():
     assert record.group_of("tests.equivalence.test_penalty_state_device") == "penalty-state-device"
     assert record.group_of("tests.conftest") is None
+
+
+def test_a_module_that_does_not_run_on_the_pin_gets_no_record(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT)  # on 0.16.0 only the recovered-token modules run
+    record.record("0.16.0", junit, "nox -s equivalence-0.16.0", tmp_path)
+    written = sorted(p.name for p in (tmp_path / "cpu" / "0.16.0").iterdir())
+    assert written == ["equivalence-recovered-tokens.json"]

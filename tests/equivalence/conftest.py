@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from verify.equivalence.record import modules_named_on
 from verify.equivalence.roots import ImportRoot, roots
 from verify.versions import MAIN
 
@@ -49,19 +50,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module not in named:
             reason = f"no registry step on vLLM {pin} names {module} in its harness"
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def modules_named_on(pin: str) -> set[str]:
-    """The files that the registry's steps on `pin` name as their harness."""
-    from verify import registry
-
-    return {
-        path
-        for entry in registry.load().values()
-        if pin in entry.pins
-        for step in entry.steps_on(pin)
-        for path in step.harness
-    }
 
 
 @pytest.fixture(scope="session")

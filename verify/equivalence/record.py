@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-from verify import results
+from verify import registry, results
 
 _MODULE = re.compile(r"(?:^|\.)test_(\w+)$")
 
@@ -58,6 +58,18 @@ def per_file(groups: dict[str, list[str]]) -> dict[str, dict[str, int]]:
     return files
 
 
+def modules_named_on(pin: str) -> set[str]:
+    """The files that the registry's steps on `pin` name as their harness: the equivalence
+    modules that run there (tests/equivalence/conftest.py skips the others)."""
+    return {
+        path
+        for entry in registry.load().values()
+        if pin in entry.pins
+        for step in entry.steps_on(pin)
+        for path in step.harness
+    }
+
+
 def record(
     version: str,
     junit: Path,
@@ -69,7 +81,10 @@ def record(
     (`results.tree_stamp`, unless given); True if nothing failed."""
     ok = True
     stamped = stamped if stamped is not None else results.tree_stamp(version)
+    named = modules_named_on(version)
     for group, groups in sorted(summarize(junit).items()):
+        if not any(f in named for f in per_file(groups)):
+            continue  # the module does not run on this pin: no record of it there
         counts = {kind: len(ids) for kind, ids in groups.items()}
         if groups["failed"]:
             outcome, reason, ok = "fail", f"{counts['failed']} test(s) failed", False
