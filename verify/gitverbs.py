@@ -138,11 +138,6 @@ def update_ref(tree: BuildTree, ref: str, sha: str) -> None:
     tree.git("update-ref", ref, sha)
 
 
-def rev_parse(tree: BuildTree, rev: str) -> str | None:
-    result = _run(tree, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
-    return result.output.strip() if result.ok else None
-
-
 def show_diff(tree: BuildTree, sha: str) -> str:
     """The diff of one commit in the export's format (3 lines of context, full index)."""
     return tree.git(*_CONFIG_OVERRIDES, "show", "--format=", "--no-renames", "--full-index",

@@ -44,11 +44,6 @@ def _wrap(text: str, indent: str = "") -> str:
     )
 
 
-def _count(lines: list[str]) -> int:
-    """Rendered lines (an element may hold a wrapped paragraph)."""
-    return sum(line.count("\n") + 1 for line in lines)
-
-
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -304,66 +299,9 @@ def _commands(rows, upstream: bool) -> list[str]:
     return [line for c in commands for line in shell(c)]
 
 
-def _environment(evidence: PatchEvidence) -> list[str]:
-    lines = []
-    for device, label in (("cuda", "GPU"), ("cpu", "CPU")):
-        machines = [
-            r["machine"] for st, _, _, recs in evidence.rows if st.device == device for r in recs
-        ]
-        if not machines:
-            continue
-        fields = {}
-        for key in ("gpu", "cpu", "python", "torch", "triton", "cuda"):
-            values = {str(m.get(key)) for m in machines if m.get(key)}
-            if values and values != {"None"}:
-                fields[key] = ", ".join(sorted(values))
-        envs = {
-            f"{k}={v}"
-            for m in machines
-            for k, v in (m.get("env") if isinstance(m.get("env"), dict) else {}).items()
-        }
-        engines = {
-            f"{k}={v}"
-            for m in machines
-            for k, v in (m.get("engine") if isinstance(m.get("engine"), dict) else {}).items()
-        }
-        text = "; ".join(f"{k} {v}" for k, v in fields.items())
-        lines.append(_wrap(f"- {label} steps: {text}", "  "))
-        if envs or engines:
-            lines.append(_wrap(f"  - engine: {' '.join(sorted(envs | engines))}", "    "))
-    engine_kinds = ("e2e", "serve-bench", "gsm8k", "embeddings", "attribution")
-    if any(st.kind in engine_kinds and recs for st, _, _, recs in evidence.rows):
-        lines.append(
-            _wrap(
-                "- Models: random-weight models built locally (BPE tokenizer trained on gsm8k), "
-                "so accuracy is ~0 by construction; those steps prove identity of outputs, and "
-                "their throughput ratios describe a small model, not a production one.",
-                "  ",
-            )
-        )
-    return lines
-
-
 def _key_tables(records: list[Record]) -> list[str]:
     """The key tables the records write (a step's own figure in the PR report)."""
     return [r["key_table"] for r in records if r.get("key_table")]
-
-
-def _step_tables(title: str, records: list[Record]) -> list[str]:
-    """A step's block in the PR report: its records' key tables where they write one, else the
-    verify.stats ratios of its records; [] when there is neither."""
-    keyed = _key_tables(records)
-    if keyed:
-        return [f"**{title}**:", "", *keyed, ""]
-    with_ratios = [r for r in records if _ratio_rows(r.get("numbers", {}))]
-    tables = [
-        row
-        for i, r in enumerate(with_ratios)
-        for row in ratio_table(
-            r["numbers"], prefix=f"{r['step']}: " if len(with_ratios) > 1 else ""
-        )[(2 if i else 0) :]  # one header for the step's records
-    ]
-    return [f"**{title}** (before/after):", "", *tables, ""] if tables else []
 
 
 def render_patch(
