@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from verify.importer import gpu, loop
+from verify.importer import gpu, gpu_kernels, loop
 
 META = {
     "command": "gpu_verify.py --steps x",
@@ -166,7 +166,7 @@ def test_kernel_records_read_the_raw_data_contract(mod, tmp_path, eager, identic
     (tmp_path / "0.22.0" / "kernel_eager_host_run10.json").write_text(
         json.dumps(_contract(eager, identical))
     )
-    records = {r["step"]: r for r in mod.kernels("0.22.0")}
+    records = {r["step"]: r for r in gpu_kernels.kernels("0.22.0")}
     split = records["kernel-010"]
     assert split["outcome"] == outcome and split["machine"]["python"] == "3.12.3"
     assert list(split["patches"]) == ["recovered-tokens-split-vocab"]
@@ -180,11 +180,11 @@ def test_a_shorter_newer_kernel_run_does_not_displace_a_longer_one(mod, tmp_path
     short = {**_contract(80.0), "method": {"rounds": 3}, "date": "2026-12-01T00:00:00+00:00"}
     (tmp_path / "0.22.0" / "kernel-long.json").write_text(json.dumps(long))
     (tmp_path / "0.22.0" / "kernel-short.json").write_text(json.dumps(short))
-    split = {r["step"]: r for r in mod.kernels("0.22.0")}["kernel-010"]
+    split = {r["step"]: r for r in gpu_kernels.kernels("0.22.0")}["kernel-010"]
     assert split["numbers"]["source"] == "kernel-long.json" and split["outcome"] == "pass"
     short["method"]["rounds"] = 5
     (tmp_path / "0.22.0" / "kernel-short.json").write_text(json.dumps(short))
-    split = {r["step"]: r for r in mod.kernels("0.22.0")}["kernel-010"]
+    split = {r["step"]: r for r in gpu_kernels.kernels("0.22.0")}["kernel-010"]
     assert split["numbers"]["source"] == "kernel-short.json" and split["outcome"] == "fail"
 
 
@@ -495,11 +495,13 @@ def test_a_kernel_headline_states_the_eager_time_at_its_shape() -> None:
         _kernel_row("9.9.0+0006", [28.0, 29.0, 28.5]),
         _kernel_row("9.9.0+0006", [1.0, 1.0, 1.0], requests=4),
     ]
-    line = gpu.kernel_headline(rows, "9.9.0+0006", "vocab 151936, 1x1", "NVIDIA H200", "x: pass")
+    line = gpu_kernels.kernel_headline(
+        rows, "9.9.0+0006", "vocab 151936, 1x1", "NVIDIA H200", "x: pass"
+    )
     assert line.startswith(
         "kernel eager time (L2 flushed) v9.9.0 83.0 us -> this PR 28.5 us (0.35 ["
     )
     assert line.endswith(
         ", n=3, this PR / v9.9.0) at vocab 151936, 1x1 (H200, kernel alone, no model runner); pass"
     )
-    assert gpu.kernel_headline(rows, "9.9.0+0006", "vocab 32000, 1x1", "H200", "pass") == ""
+    assert gpu_kernels.kernel_headline(rows, "9.9.0+0006", "vocab 32000, 1x1", "H200", "pass") == ""

@@ -21,15 +21,8 @@ import statistics
 from pathlib import Path
 
 from verify import results, stats
-from verify.importer.gpu import (
-    DEVICE_NOTE,
-    STATE_BENCHES,
-    STATE_FILES,
-    _kernel_table,
-    kernel_rows,
-    state_claims,
-    variant_is_current,
-)
+from verify.importer.gpu import DEVICE_NOTE, STATE_BENCHES, STATE_FILES, state_claims
+from verify.importer.gpu_kernels import _kernel_table, kernel_rows, variant_is_current
 from verify.verdicts import INCONCLUSIVE, NOT_RUN, Verdict, combine, kernel, performance
 
 
