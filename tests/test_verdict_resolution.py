@@ -27,6 +27,6 @@ PLANTED = R(0.907, 0.874, 0.941)
     ids=["tight", "wide", "aa-excludes-1", "planted-missed", "planted-wrong-sign", "wrong-size"],
 )
 def test_resolution_verdict(aa, planted, predicted, outcome, words):
-    verdict = resolution.judge(aa, planted, predicted)
+    verdict = resolution.judge(aa, planted, predicted, 0.01)
     assert verdict.outcome == outcome
     assert words in verdict.reason

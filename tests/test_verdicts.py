@@ -20,6 +20,7 @@ from verify.verdicts import (
 )
 
 BASE = [100.0, 101.0, 99.0, 100.0, 102.0, 98.0]
+THRESHOLD = 0.05  # a noise threshold as a registry step states it
 
 
 def _scaled(factor: float, noise=(1.0, 1.01, 0.99, 1.0, 1.005, 0.995)) -> list[float]:
@@ -121,18 +122,18 @@ def _row(variant: str, eager: float, host: float | None, identical: bool = True,
 
 def test_kernel_fails_on_a_wrong_output() -> None:
     rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.05, 0.05, identical=False)]
-    assert kernel.judge(rows, "split").outcome == FAIL
+    assert kernel.judge(rows, "split", THRESHOLD, "faster").outcome == FAIL
 
 
 def test_kernel_fails_when_only_the_graph_time_wins() -> None:
     rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.3, 0.3)]
-    v = kernel.judge(rows, "split")
+    v = kernel.judge(rows, "split", THRESHOLD, "faster")
     assert v.outcome == FAIL and "slower" in v.reason
 
 
 def test_kernel_fails_on_host_cost_even_when_eager_wins() -> None:
     rows = [_row("0.22.0", 0.1, 0.1), _row("split", 0.05, 0.4)]
-    v = kernel.judge(rows, "split")
+    v = kernel.judge(rows, "split", THRESHOLD, "faster")
     assert v.outcome == FAIL and "host" in v.reason
 
 
@@ -143,14 +144,14 @@ def test_kernel_counts_shapes_and_fails_on_one_slow_shape() -> None:
         _row("0.22.0", 0.5, 0.1, requests=64),
         _row("split", 1.5, 0.1, requests=64),
     ]
-    v = kernel.judge(rows, "split")
+    v = kernel.judge(rows, "split", THRESHOLD, "faster")
     assert v.outcome == FAIL and "fail at 1 of 2 shapes" in v.reason
-    assert kernel.judge(rows[:2], "split").outcome == PASS
+    assert kernel.judge(rows[:2], "split", THRESHOLD, "faster").outcome == PASS
 
 
 def test_kernel_without_host_time_never_passes() -> None:
     rows = [_row("0.22.0", 0.1, None), _row("split", 0.05, None)]
-    v = kernel.judge(rows, "split")
+    v = kernel.judge(rows, "split", THRESHOLD, "faster")
     assert v.outcome == INCONCLUSIVE and "host time not recorded" in v.reason
 
 
@@ -173,7 +174,7 @@ def test_kernel_reads_legacy_files() -> None:
     }
     rows = kernel.from_legacy(legacy)
     assert {r["variant"] for r in rows} == {"0.22.0", "0.22.0+002"}
-    assert kernel.judge(rows, "0.22.0+002", claim="not slower").outcome == FAIL
+    assert kernel.judge(rows, "0.22.0+002", THRESHOLD, "not slower").outcome == FAIL
 
 
 # serve-bench -------------------------------------------------------------------------------
@@ -182,23 +183,23 @@ def _serve(thr: float, itl: float) -> dict[str, list[float]]:
 
 
 def test_serve_bench_fails_on_a_p99_itl_rise_at_equal_throughput() -> None:
-    v = serve_bench.judge(_serve(1, 1), _serve(1, 3.9))
+    v = serve_bench.judge(_serve(1, 1), _serve(1, 3.9), THRESHOLD)
     assert v.outcome == FAIL and "p99_itl_ms" in v.reason
 
 
 def test_serve_bench_fails_on_lower_throughput() -> None:
-    assert serve_bench.judge(_serve(1, 1), _serve(0.8, 1)).outcome == FAIL
+    assert serve_bench.judge(_serve(1, 1), _serve(0.8, 1), THRESHOLD).outcome == FAIL
 
 
 def test_serve_bench_passes_a_resolved_non_regression_only() -> None:
-    assert serve_bench.judge(_serve(1, 1), _serve(1, 1)).outcome == PASS
+    assert serve_bench.judge(_serve(1, 1), _serve(1, 1), THRESHOLD).outcome == PASS
     noisy = {"output_throughput": [200.0, 60, 150, 90, 180, 70], "p99_itl_ms": _scaled(1)}
-    assert serve_bench.judge(_serve(1, 1), noisy).outcome == UNRESOLVED
+    assert serve_bench.judge(_serve(1, 1), noisy, THRESHOLD).outcome == UNRESOLVED
 
 
 def test_serve_bench_leaves_out_a_round_that_measured_nothing_and_says_so() -> None:
     burst = {**_serve(1, 1), "p99_itl_ms": [*_scaled(1)[:5], 0.003]}  # the stream in one burst
-    v = serve_bench.judge(_serve(1, 1), burst)
+    v = serve_bench.judge(_serve(1, 1), burst, THRESHOLD)
     assert v.outcome == PASS and "1 of 6 rounds measured nothing" in v.reason
     assert v.numbers["p99_itl_ms"]["rounds_left_out"] == [5]
 
@@ -206,13 +207,13 @@ def test_serve_bench_leaves_out_a_round_that_measured_nothing_and_says_so() -> N
 def test_serve_bench_still_fails_a_regression_beside_a_round_that_measured_nothing() -> None:
     slow = _serve(1, 3.9)
     slow["p99_itl_ms"][0] = 0.003
-    v = serve_bench.judge(_serve(1, 1), slow)
+    v = serve_bench.judge(_serve(1, 1), slow, THRESHOLD)
     assert v.outcome == FAIL and "p99_itl_ms" in v.reason
 
 
 def test_serve_bench_does_not_judge_a_metric_that_measured_nothing() -> None:
     bursts = {**_serve(1, 1), "p99_itl_ms": [0.003, 0.002, 0.003, 0.004, 0.003, 90.0]}
-    v = serve_bench.judge(_serve(1, 1), bursts)
+    v = serve_bench.judge(_serve(1, 1), bursts, THRESHOLD)
     assert v.outcome == UNRESOLVED and "p99_itl_ms not judged: 5 of 6 rounds" in v.reason
 
 

@@ -135,7 +135,8 @@ def judged_record(
     planted_cmp = next(c for c in src["comparisons"] if c["variant"] == "planted")
     aa = ab_rounds.paired(done, "pristine", "pristine2", metric)
     planted = ab_rounds.paired(done, "pristine", "planted", metric)
-    calibration = resolution.judge(aa, planted, _predicted(planted_cmp, metric))
+    limit = registry.threshold(version, record_step)  # also the A/A the controls must hold
+    calibration = resolution.judge(aa, planted, _predicted(planted_cmp, metric), limit)
     short = short_rounds(counted)
     eager = (
         "; vllm serve ran with --enforce-eager (gpu_ab.sh's retry after the servers failed to "
@@ -157,7 +158,6 @@ def judged_record(
             rows.append(f"| {title} | {SERVE_METRICS[m]} | {r.text()} | {r.n} | {r.mde:.1%} |")
     ratio = ab_rounds.paired(done, *pair, metric)
     what = SERVE_METRICS[metric]
-    limit = registry.threshold(version, record_step)
     perf = performance.judge(ratio, limit, claim="faster", lower_is_better=False, what=what)
     failed = ", ".join(f"{v} in {n} of {len(counted)} rounds" for v, n in sorted(short.items()))
     if pair[1] in short:

@@ -87,7 +87,7 @@ def judge_shape(row: Row, base: Row, threshold: float, claim: str) -> Verdict:
     return Verdict(UNRESOLVED, f"{name}: eager {eager.text()}, host {host.text()}", numbers)
 
 
-def judge(rows: list[Row], variant: str, threshold: float = 0.05, claim: str = "faster") -> Verdict:
+def judge(rows: list[Row], variant: str, threshold: float, claim: str) -> Verdict:
     """Verdict of `variant` over every shape it was measured at."""
     mine = [r for r in rows if r["variant"] == variant]
     if not mine:

@@ -22,9 +22,7 @@ def half_width(ratio: stats.Ratio) -> float:
     return max(ratio.high - 1, 1 - ratio.low)
 
 
-def judge(
-    aa: stats.Ratio, planted: stats.Ratio, predicted: float | None, target: float = 0.01
-) -> Verdict:
+def judge(aa: stats.Ratio, planted: stats.Ratio, predicted: float | None, target: float) -> Verdict:
     if aa.low is None or planted.low is None:
         return Verdict(UNRESOLVED, f"fewer than two rounds (A/A n={aa.n})")
     numbers = {

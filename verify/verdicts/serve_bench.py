@@ -51,7 +51,7 @@ def _judge_metric(a: list[float], b: list[float], metric: str, threshold: float,
 def judge(
     pristine: dict[str, list[float]],
     patched: dict[str, list[float]],
-    threshold: float = 0.05,
+    threshold: float,
     claim: str = "not slower",
 ) -> Verdict:
     """`pristine` / `patched`: per-round values of each metric, rounds paired by index."""
