@@ -368,8 +368,7 @@ def validate(
     versions: list[str], root: Path | None = None, patches_root: Path | None = None
 ) -> list[str]:
     """Problems between the registry and the series of `versions` (empty: consistent)."""
-    entries = load(root)
-    problems = []
+    entries, problems, proof_names = load(root), [], set(harness_proofs())
     for version in versions:
         series = read_series(version, patches_root)
         problems += _backport_problems(version, series, entries)
@@ -392,7 +391,7 @@ def validate(
         for pin in entry.pins:
             if pin not in versions:
                 problems.append(f"registry {entry.slug}: unknown pin {pin}")
-        proofs = sorted({r for st in entry.steps for r in st.records} & set(harness_proofs()))
+        proofs = sorted({r for st in entry.steps for r in st.records} & proof_names)
         if proofs:
             problems.append(f"registry {entry.slug}: names harness proof(s) {', '.join(proofs)}")
         problems += _without_failing_step(entry)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -41,7 +40,7 @@ from typing import Any
 
 from verify import paths, registry, verdicts
 from verify.errors import RecordError
-from verify.series import read_series, series_dir, series_hash
+from verify.series import hash_series, manifest_names, read_series, series_dir, series_hash
 
 OUTCOMES = (*verdicts.OUTCOMES, "n/a")  # "n/a": older records, read as "not applicable"
 UNKNOWN = "unknown (not recorded by the run)"
@@ -219,7 +218,7 @@ def same_code_series(version: str, recorded: str, patches_root: Path | None = No
 @functools.cache
 def _committed_diffs(directory: str, recorded: str) -> tuple[str, ...] | None:
     """Diff hashes, in series order, of the newest commit of `directory` whose series hash
-    (`series_hash`'s bytes) is `recorded`; None where none is, or git history is not at hand."""
+    (`hash_series`) is `recorded`; None where none is, or git history is not at hand."""
     import git
 
     try:
@@ -229,13 +228,9 @@ def _committed_diffs(directory: str, recorded: str) -> tuple[str, ...] | None:
             tree = repo.commit(rev).tree / rel.as_posix()
             manifest = (tree / "series").data_stream.read()
             present = {blob.name for blob in tree.blobs}
-            names = [n.strip() for n in manifest.decode().splitlines()]
-            names = [n for n in names if n and not n.startswith("#") and n in present]
+            names = [n for n in manifest_names(manifest) if n in present]
             blobs = [(n, (tree / n).data_stream.read()) for n in names]
-            digest = hashlib.sha256(manifest)
-            for name, data in blobs:
-                digest.update(name.encode() + b"\0" + data)
-            if digest.hexdigest()[:10] == recorded:
+            if hash_series(manifest, blobs) == recorded:
                 return tuple(registry.diff_hash_text(d.decode()) for _, d in blobs)
     except (git.GitError, ValueError, KeyError, OSError):
         return None

@@ -219,9 +219,21 @@ def series_hash(version: str, root: Path | None = None, length: int = 10) -> str
     manifest = directory / "series"
     if not manifest.exists():
         return "none"
-    digest = hashlib.sha256(manifest.read_bytes())
-    for line in manifest.read_text().splitlines():
-        name = line.strip()
-        if name and not name.startswith("#") and (directory / name).exists():
-            digest.update(name.encode() + b"\0" + (directory / name).read_bytes())
+    data = manifest.read_bytes()
+    names = [n for n in manifest_names(data) if (directory / n).exists()]
+    return hash_series(data, [(n, (directory / n).read_bytes()) for n in names], length)
+
+
+def manifest_names(manifest: bytes) -> list[str]:
+    """The patch file names a series manifest lists, in order (comments and blanks left out)."""
+    names = (line.strip() for line in manifest.decode().splitlines())
+    return [n for n in names if n and not n.startswith("#")]
+
+
+def hash_series(manifest: bytes, files: list[tuple[str, bytes]], length: int = 10) -> str:
+    """`series_hash` of a manifest's bytes and its listed patch files that exist, (name, bytes)
+    in manifest order: also what a committed form of the series hashed to."""
+    digest = hashlib.sha256(manifest)
+    for name, data in files:
+        digest.update(name.encode() + b"\0" + data)
     return digest.hexdigest()[:length]

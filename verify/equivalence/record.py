@@ -83,7 +83,8 @@ def record(
     stamped = stamped if stamped is not None else results.tree_stamp(version)
     named = modules_named_on(version)
     for group, groups in sorted(summarize(junit).items()):
-        if not any(f in named for f in per_file(groups)):
+        files = per_file(groups)
+        if not any(f in named for f in files):
             continue  # the module does not run on this pin: no record of it there
         counts = {kind: len(ids) for kind, ids in groups.items()}
         if groups["failed"]:
@@ -92,7 +93,7 @@ def record(
             outcome, reason = "pass", ""
         else:
             outcome, reason = "not run", "every test was skipped for this pin"
-        numbers = {**counts, "failed_tests": groups["failed"][:20], "files": per_file(groups)}
+        numbers = {**counts, "failed_tests": groups["failed"][:20], "files": files}
         result = results.make(
             f"equivalence-{group}", group, version, outcome, numbers, reason=reason,
             command=command, stamped_series=stamped,

@@ -43,7 +43,7 @@ def import_version(version: str) -> list[tuple[str, Path, dict[str, Any]]]:
     engine = [
         *gpu_engine_ab.records(version),
         *gpu_engine_resolution.records(version),
-        *gpu_kernels.records(version),
+        *gpu_kernels.kernels(version),
         *gpu_penalty_check.history_records(version),
     ]
     tiered = [*[("gpu", r) for r in [*gpu.records(version), *engine]], *loop.tiered(version)]

@@ -190,8 +190,3 @@ def kernels(version: str) -> list[dict]:
                 results.restamp(record, results.series_hash(version) if current else "unknown")
                 out.append(record)
     return out
-
-
-def records(version: str) -> list[dict]:
-    """Every kernel record of `version`."""
-    return kernels(version)
