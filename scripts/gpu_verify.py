@@ -38,11 +38,6 @@ import urllib.request
 from pathlib import Path
 
 COMPILE_CACHES = Path("/tmp/pb-vllm-cache")
-# Every engine and server of an A/B compiles in Inductor's deterministic mode. Without it
-# Inductor times candidate reduction configs on the device and keeps the fastest, so two
-# compiles of one model may sum in different orders, and one build's tokens then change
-# between calls (one fresh compile, later cache loads).
-COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1"}
 SHIMS = Path("/tmp/pb-shims")
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
@@ -56,6 +51,7 @@ from verify.ab.engines import (  # noqa: E402  (the A/B core's engine lifecycle)
     timed_generate,
 )
 from verify.ab.servers import Server  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
+from verify.ab.variants import COMPILE_ENV  # noqa: E402  (deterministic Inductor, no AOT compile)
 from verify.gpu.device import (  # noqa: E402  (the device edge: paths, models, import roots)
     BUNDLE,
     MODEL,

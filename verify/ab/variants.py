@@ -12,6 +12,12 @@ PLANT_SITE = Path(__file__).resolve().parent / "plant"
 #: (`vllm serve`): verify/ab/logit_scale.
 LOGIT_SCALE_SITE = Path(__file__).resolve().parent / "logit_scale"
 LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
+#: Every engine and server of an A/B compiles in Inductor's deterministic mode. Without it
+#: Inductor times candidate reduction configs on the device and keeps the fastest, so two
+#: compiles of one model may sum in different orders, and one build's tokens then change
+#: between calls (one fresh compile, later cache loads). vLLM's AOT-compiled artifacts fail to
+#: load in that mode (torch 2.11), and each start then compiled twice: AOT compile is off.
+COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1", "VLLM_USE_AOT_COMPILE": "0"}
 #: Diagnostic shims, each on a variant's path where its variable is set: 0011's device penalty
 #: state against a shadow (verify/ab/penalty_check), and the host output lists that upstream's
 #: penalties read against the sampled ids (verify/ab/penalty_history).
@@ -49,7 +55,7 @@ def is_full_install(site: Path) -> bool:
 def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str, str]:
     """The process environment of one variant: its import roots (and, where a logit scale or
     a diagnostic shim is asked for, the shims that do them), its own compile cache,
-    Inductor's deterministic mode, then the variant's own KEY=VALUE pairs."""
+    COMPILE_ENV, then the variant's own KEY=VALUE pairs."""
     merged = {**os.environ, **env}
     if merged.get(LOGIT_SCALE_ENV):
         paths = [*paths, str(LOGIT_SCALE_SITE)]
@@ -58,6 +64,6 @@ def variant_env(name: str, paths: list[str], env: dict, cache: Path) -> dict[str
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),
         "VLLM_CACHE_ROOT": str(cache / name),
-        "TORCHINDUCTOR_DETERMINISTIC": "1",
+        **COMPILE_ENV,
         **env,
     }
