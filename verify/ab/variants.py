@@ -15,9 +15,11 @@ LOGIT_SCALE_ENV = "PATCHBENCH_LOGIT_SCALE"
 #: Every engine and server of an A/B compiles in Inductor's deterministic mode. Without it
 #: Inductor times candidate reduction configs on the device and keeps the fastest, so two
 #: compiles of one model may sum in different orders, and one build's tokens then change
-#: between calls (one fresh compile, later cache loads). vLLM's AOT-compiled artifacts fail to
-#: load in that mode (torch 2.11), and each start then compiled twice: AOT compile is off.
-COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1", "VLLM_USE_AOT_COMPILE": "0"}
+#: between calls (one fresh compile, later cache loads). vLLM's AOT compile stays on: with
+#: VLLM_USE_AOT_COMPILE=0 an 8B-shaped engine fails to start in that mode (torch 2.11: Inductor
+#: refuses the combo-kernel benchmarking vLLM's config asks for), while an AOT artifact that
+#: fails to load falls back to the Inductor graph cache (a few seconds per start).
+COMPILE_ENV = {"TORCHINDUCTOR_DETERMINISTIC": "1"}
 #: Diagnostic shims, each on a variant's path where its variable is set: 0011's device penalty
 #: state against a shadow (verify/ab/penalty_check), and the host output lists that upstream's
 #: penalties read against the sampled ids (verify/ab/penalty_history).
