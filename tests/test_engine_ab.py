@@ -10,6 +10,7 @@ import os
 import random
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1480,3 +1481,40 @@ def test_block_estimate_leaves_the_first_blocks_compile_out(took, estimate):
     from verify.ab.__main__ import block_estimate
 
     assert block_estimate(took) == estimate
+
+
+def test_runs_sampling_from_other_output_distributions_pool_apart(root):
+    """A run on unscaled logits and one calibrated to 1 nat measure other sampler work and give
+    other tokens: each shape and distribution is its own pool."""
+    unscaled = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, 0.002, seed=3)
+    unscaled |= {"date": "2026-11-25T07:00:00+00:00"}
+    (root / "0.22.0" / "penalties-ab-unscaled.json").write_text(json.dumps(unscaled))
+    scaled = synthetic_run({"series/pen": 0.85, "patched/pen": 0.998}, 0.002)
+    scaled["workers"] = {
+        v: {"output_entropy": {"measured_nats": 1.0032}} for v in ("series", "patched")
+    }
+    record = _import(root, scaled)
+    keys = [k for k in record["numbers"]["pooled"] if k.startswith("B=64 L=2048,")]
+    assert len(keys) == 2 and sum("1.00 nats" in k for k in keys) == 1
+
+
+def test_a_patch_of_another_runner_added_since_a_run_leaves_it_current(root, monkeypatch):
+    """An MRV2-only patch added after a V1 run does not reach the run's series engines: the
+    run still measures the current code; a V1 patch added since it does not."""
+    from verify import registry
+    from verify.series import read_series
+
+    series = read_series("0.22.0")
+    last = series[-1]
+    recorded = {p.subject: registry.diff_hash(p) for p in series[:-1]}  # before the last patch
+    earlier = synthetic_run({"patched/pen": 0.99}, 0.002, n=4)
+    earlier |= {"series_hash": "0ld0ld0ld0", "date": "2026-11-24T09:00:00+00:00"}
+    earlier |= {"patch_hashes": recorded, "workers": {"patched": {"model_runner": "V1"}}}
+    (root / "0.22.0" / "penalties-ab-earlier.json").write_text(json.dumps(earlier))
+    current = synthetic_run({"patched/pen": 0.99}, 0.002, n=4)
+    for runners, pooled in ((("MRV2",), 2), (("V1",), 1), (("V1", "MRV2"), 1)):
+        entry = registry.entry_for(last, "0.22.0")
+        monkeypatch.setattr(registry, "entry_for", lambda p, v, e=None, r=runners, en=entry: (
+            replace(en, runners=r) if p.subject == last.subject else None))  # fmt: skip
+        record = _import(root, current)
+        assert len(record["numbers"]["runs"]) == pooled, runners

@@ -12,7 +12,7 @@ from verify.importer import kept_tokens
 LONG = [[1, 2, 3, 4], [5, 6, 7, 8]]
 
 
-def _archive(folder: Path, name: str, members: dict[str, list]) -> None:
+def _archive(folder: Path, name: str, members: dict[str, list | dict]) -> None:
     (folder / "raw").mkdir(exist_ok=True)
     with tarfile.open(folder / "raw" / name, "w:xz") as tar:
         for member, outputs in members.items():
@@ -44,6 +44,18 @@ def test_a_build_differing_from_itself_on_a_common_prefix_is_found(gpu_results_r
     assert found and "request 1 from step 1 (6 vs 9)" in found
     assert kept_tokens.disagreement("0.22.0", "patched", "pen-b2-l9") is None  # another build
     assert kept_tokens.disagreement("0.22.0", "pristine", "pen-b4-l9") is None  # another batch
+
+
+def test_outputs_of_another_output_distribution_are_not_compared(gpu_results_root: Path):
+    folder = gpu_results_root / "0.22.0"
+    _archive(folder, "tokens-unscaled.tar.xz", {"pristine-pen-b2-l2.json": [[1, 2], [5, 6]]})
+    nats = {"output_entropy": "1.00 nats"}
+    _archive(folder, "tokens-1nat.tar.xz", {"run.json": nats, "pristine-pen-b2-l4.json": LONG})
+    _archive(folder, "tokens-1nat-short.tar.xz",
+             {"run.json": nats, "pristine-pen-b2-l2.json": [[1, 2], [5, 9]]})  # fmt: skip
+    assert kept_tokens.disagreement("0.22.0", "pristine", "pen-b2-l9") is None  # one unscaled
+    found = kept_tokens.disagreement("0.22.0", "pristine", "pen-b2-l9", "1.00 nats")
+    assert found and "tokens-1nat" in found and "tokens-unscaled" not in found
 
 
 def test_the_token_control_fails_where_kept_outputs_disagree(gpu_results_root: Path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from verify import registry, stats
 from verify.ab import rounds as ab_rounds
+from verify.gpu import penalty_plan
 from verify.importer import kept_tokens
 from verify.series import read_series
 from verify.verdicts import NOT_RUN, PASS, Verdict, identity
@@ -235,12 +236,13 @@ def runner_of(run: dict) -> str:
 
 def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
     """Stages pool when they ran the same configs at the same shape on the same GPU model,
-    model shape and runners (and, for runs of an earlier patch form, the same series)."""
+    model shape, output entropy and runners (and, for runs of an earlier patch form, the same
+    series)."""
     names = sorted({c.split("/", 1)[1] for c in stage["cells"]})
     configs = json.dumps({n: run["configs"][n] for n in names}, sort_keys=True)
     gpu_name = (run.get("machine") or {}).get("gpu")
     series = run.get("series_hash") if earlier else ""
-    shape = (run.get("model") or DEFAULT_MODEL, runner_of(run))
+    shape = (model_of(run), runner_of(run))  # the shape and its output distribution
     return (
         series,
         gpu_name,
@@ -252,22 +254,47 @@ def pool_key(run: dict, stage: dict, earlier: bool) -> tuple:
     )
 
 
+def series_runners(run: dict) -> set[str] | None:
+    """The runners of the run's engines that ran the series (`pristine` and `mrv2` run the
+    pin's own code: what the series changes cannot reach them); None where the run recorded
+    no engines."""
+    workers = run.get("workers")
+    if not workers:
+        return None
+    return {
+        (w or {}).get("model_runner") or "V1"
+        for name, w in workers.items()
+        if penalty_plan.build_of(name) not in penalty_plan.PRISTINE
+    }
+
+
 def same_code(run: dict, newest: dict, version: str) -> bool:
     """Whether `run` measured the code of `newest` (taken to be the current code): the same
     series, or each patch's recorded diff the current one or a committed form of it that
-    differed only in tests/ (`registry.tests_only_change`)."""
+    differed only in tests/ (`registry.tests_only_change`), patches that differ changing only
+    a runner none of the run's series engines ran (the registry's `runners`, e.g. an MRV2
+    patch added since a V1 run)."""
     if run.get("series_hash") == newest.get("series_hash"):
         return True
     recorded = run.get("patch_hashes") or {}
     patches = {p.subject: p for p in read_series(version)}
-    return (
-        bool(recorded)
-        and recorded.keys() == patches.keys()
-        and all(
-            h == registry.diff_hash(patches[s]) or registry.tests_only_change(patches[s], h)
-            for s, h in recorded.items()
+    if not recorded or recorded.keys() - patches.keys():
+        return False
+    ran = series_runners(run)
+    ran = set(registry.RUNNERS) if ran is None else ran  # no engines recorded: any runner
+    entries = registry.load()
+
+    def reaches_run(patch) -> bool:
+        entry = registry.entry_for(patch, version, entries)
+        return entry is None or bool(ran & set(entry.runners))
+
+    def unchanged(patch) -> bool:
+        h = recorded.get(patch.subject)
+        return h is not None and (
+            h == registry.diff_hash(patch) or registry.tests_only_change(patch, h)
         )
-    )
+
+    return all(unchanged(p) or not reaches_run(p) for p in patches.values())
 
 
 def pool_runs(runs: list[dict], version: str) -> tuple[list[Pool], list[dict], list[str]]:
@@ -382,7 +409,13 @@ def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | 
 
 
 def _tokens(
-    rounds: list, base: str, cell: str, control: str | None, what: str, version: str = ""
+    rounds: list,
+    base: str,
+    cell: str,
+    control: str | None,
+    what: str,
+    version: str = "",
+    entropy: str | None = None,
 ) -> Verdict:
     """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
     build (`control`): GPU engines of one build need not agree across starts, so without it the
@@ -395,7 +428,7 @@ def _tokens(
         return all(r.values[a]["token_ids_hash"] == r.values[b]["token_ids_hash"] for r in mine)
 
     if not mine:
-        return _tokens_across_starts(rounds, base, cell, control, what, version)
+        return _tokens_across_starts(rounds, base, cell, control, what, version, entropy)
     identical = agree(base, cell)
     if control is None:
         seen = "identical" if identical else "differ"
@@ -411,14 +444,21 @@ def _tokens(
 
 
 def _tokens_across_starts(
-    rounds: list, base: str, cell: str, control: str | None, what: str, version: str = ""
+    rounds: list,
+    base: str,
+    cell: str,
+    control: str | None,
+    what: str,
+    version: str = "",
+    entropy: str | None = None,
 ) -> Verdict:
     """`cell`'s tokens against `base`'s where no round ran them together (engines that took
     turns, or calls of one engine each): judged only when the baseline and its second engine
     gave one and the same output in every round each ran (so separate starts of that build
     agree, here across calls too), and `cell` ran; else not run. Outputs of the baseline's
-    build kept by other runs (kept_tokens: same sampling and batch, any length) are part of
-    the control: where their common prefix differs, the control failed."""
+    build kept by other runs (kept_tokens: same sampling, batch and output distribution
+    `entropy`, any length) are part of the control: where their common prefix differs, the
+    control failed."""
     hashes = {
         c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
         for c in (base, cell, control)
@@ -432,7 +472,7 @@ def _tokens_across_starts(
     control_agrees = len(hashes[base] | hashes[control]) == 1
     elsewhere = None
     if control_agrees and version:
-        elsewhere = kept_tokens.disagreement(version, build, base.split("/", 1)[1])
+        elsewhere = kept_tokens.disagreement(version, build, base.split("/", 1)[1], entropy)
         control_agrees = elsewhere is None
     identical = hashes[cell] == hashes[base] and len(hashes[base]) == 1
     verdict = identity.judge(identical, control_agrees, what, baseline=build)

@@ -5,7 +5,10 @@ results/gpu/<v>/raw/tokens-*.tar.xz hold one JSON file per distinct output, name
 config's name): one list of token ids per request, the requests in one order in every run of a
 config. Runs of one build at the same batch and sampling but another length share the requests
 (the same seeds and prompts), so their common prefix must agree if the build reproduces itself;
-`disagreement` finds where it does not.
+`disagreement` finds where it does not. An archive's optional `run.json` names the output
+distribution its engines sampled from (`{"output_entropy": "1.00 nats"}`, as
+`engine_runs.entropy_of` writes it); without it the logits were not scaled. Outputs of
+different distributions are never compared.
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ class Kept:
     batch: int
     length: int
     outputs: tuple[tuple[int, ...], ...]
+    entropy: str | None = None
 
 
 @functools.cache
 def _read(path: Path, mtime: float) -> tuple[Kept, ...]:
     found = []
     with tarfile.open(path) as tar:
+        meta = next((m for m in tar.getmembers() if Path(m.name).name == "run.json"), None)
+        entropy = json.load(tar.extractfile(meta)).get("output_entropy") if meta else None
         for member in tar.getmembers():
             name = Path(member.name).name
             match = MEMBER.match(name.removesuffix(".json"))
@@ -49,7 +55,7 @@ def _read(path: Path, mtime: float) -> tuple[Kept, ...]:
             found.append(
                 Kept(path.name, tuple(match["builds"].split("-and-")), match["sampling"],
                      int(match["batch"]), int(match["length"]),
-                     tuple(tuple(o) for o in outputs))
+                     tuple(tuple(o) for o in outputs), entropy)
             )  # fmt: skip
     return tuple(found)
 
@@ -60,15 +66,18 @@ def load(version: str) -> list[Kept]:
     return [k for p in paths for k in _read(p, p.stat().st_mtime)]
 
 
-def disagreement(version: str, build: str, config: str) -> str | None:
+def disagreement(version: str, build: str, config: str, entropy: str | None = None) -> str | None:
     """Where two kept outputs of `build` at engine config `config`'s sampling and batch (any
-    lengths) differ on their common prefix, as text naming both runs, the request and the
-    step; None if they agree, fewer than two were kept or `config` is no such name."""
+    lengths) and output distribution (`entropy`; None: unscaled logits) differ on their common
+    prefix, as text naming both runs, the request and the step; None if they agree, fewer
+    than two were kept or `config` is no such name."""
     found = CONFIG_NAME.match(config)
     if found is None:
         return None
-    key = (found["sampling"], int(found["batch"]))
-    mine = [k for k in load(version) if build in k.builds and (k.sampling, k.batch) == key]
+    key = (found["sampling"], int(found["batch"]), entropy)
+    mine = [
+        k for k in load(version) if build in k.builds and (k.sampling, k.batch, k.entropy) == key
+    ]
     for i, a in enumerate(mine):
         for b in mine[i + 1 :]:
             for request, (x, y) in enumerate(zip(a.outputs, b.outputs, strict=True)):
