@@ -142,7 +142,7 @@ def test_a_slowdown_of_two_rounds_is_confirmed_before_it_fails():
     slowdown join them and the slowdown is not believed; a slowdown that holds still fails;
     a first verdict that is no failure asks for no more rounds."""
     first = {"pristine": _rounds(6789, 6685), "patched": _rounds(5191, 5160)}
-    assert serving.judge_runs(first).outcome == "fail"
+    assert serving.judge_runs(first, 0.05).outcome == "fail"
     asked = []
 
     def alike(count: int) -> dict:
@@ -151,7 +151,7 @@ def test_a_slowdown_of_two_rounds_is_confirmed_before_it_fails():
         return {"pristine": _rounds(*[6000 * x for x in noise]),
                 "patched": _rounds(*[6000 / x for x in noise])}  # fmt: skip
 
-    verdict, runs, note = serving.judged_with_confirmation(first, alike, 4)
+    verdict, runs, note = serving.judged_with_confirmation(first, alike, 4, 0.05)
     assert asked == [4] and verdict.outcome != "fail" and len(runs["patched"]) == 6
     assert note.startswith("the first 2 rounds resolved a slowdown") and "over all 6" in note
 
@@ -159,10 +159,10 @@ def test_a_slowdown_of_two_rounds_is_confirmed_before_it_fails():
         return {"pristine": _rounds(*[6500 + i for i in range(count)]),
                 "patched": _rounds(*[5000 + i for i in range(count)])}  # fmt: skip
 
-    verdict, runs, note = serving.judged_with_confirmation(first, slower, 4)
+    verdict, runs, note = serving.judged_with_confirmation(first, slower, 4, 0.05)
     assert verdict.outcome == "fail" and "fail over all 6" in note
     same = {"pristine": _rounds(6000, 6100), "patched": _rounds(6050, 6020)}
-    verdict, runs, note = serving.judged_with_confirmation(same, alike, 4)
+    verdict, runs, note = serving.judged_with_confirmation(same, alike, 4, 0.05)
     assert asked == [4] and note is None and runs is same
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from verify import stats
+from verify import registry, stats
 from verify.ab import rounds as ab_rounds
 from verify.ab import vllm_bench
 from verify.ab.servers import Server, ServerError, free_port, require_port_free  # noqa: F401
@@ -20,6 +20,8 @@ from verify.e2e.common import Context, log_tail, say, workdir, write_result
 from verify.errors import PatchbenchError
 from verify.verdicts import FAIL
 from verify.verdicts import serve_bench as serve_bench_rule
+
+RECORD = "e2e-serve-bench"
 
 METRICS = [
     "output_throughput",
@@ -235,31 +237,34 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
     return summary
 
 
-def judge_runs(runs: dict[str, list[dict]]):
-    """verify.verdicts.serve_bench over the rounds of both roots (5% threshold)."""
+def judge_runs(runs: dict[str, list[dict]], threshold: float):
+    """verify.verdicts.serve_bench over the rounds of both roots (the registry's threshold)."""
     return serve_bench_rule.judge(
         {m: [r[m] for r in runs["pristine"]] for m in serve_bench_rule.METRICS},
         {m: [r[m] for r in runs["patched"]] for m in serve_bench_rule.METRICS},
-        threshold=0.05,
+        threshold=threshold,
     )
 
 
 def judged_with_confirmation(
-    runs: dict[str, list[dict]], more: Callable[[int], dict[str, list[dict]]], confirm: int
+    runs: dict[str, list[dict]],
+    more: Callable[[int], dict[str, list[dict]]],
+    confirm: int,
+    threshold: float,
 ) -> tuple:
     """(verdict, runs, note): the verdict of `runs`; a slowdown they resolve is measured again
     before it is believed: `more(confirm)` rounds on the same servers join them and the verdict
     is that of all rounds, `note` saying so. With two rounds on a 2-core machine, a host that
     slowed one server for both of its rounds resolves a slowdown that is not the patch's (1
     CI run in 34); a slowdown the patch makes holds in the rounds that follow."""
-    first = judge_runs(runs)
+    first = judge_runs(runs, threshold)
     if first.outcome != FAIL or confirm <= 0:
         return first, runs, None
     n = len(runs["pristine"])
     say(f"a slowdown resolved in {n} rounds ({first.reason}): {confirm} more to confirm it")
     extra = more(confirm)
     joined = {root: runs[root] + extra[root] for root in runs}
-    verdict = judge_runs(joined)
+    verdict = judge_runs(joined, threshold)
     note = (
         f"the first {n} rounds resolved a slowdown ({first.reason}); {confirm} more rounds on "
         f"the same servers joined them: {verdict.outcome} over all {n + confirm}"
@@ -303,8 +308,9 @@ def serve_bench(
         def more(count: int) -> dict[str, list[dict]]:
             return run_bench(ctx, servers, work, count, *shape, first_rep=repeats)["runs"]
 
+        threshold = registry.threshold(ctx.version, RECORD)
         judged, res["runs"], confirmation = judged_with_confirmation(
-            res["runs"], more, max(4, 2 * repeats)
+            res["runs"], more, max(4, 2 * repeats), threshold
         )
         res["summary"] = summarize(res["runs"])
     numbers = {
@@ -324,10 +330,11 @@ def serve_bench(
     numbers.update({f"{m}_patched_over_pristine": v for m, v in judged.numbers.items()})
     say("serving A/B (patched / pristine):\n" + tab + f"\n{judged.outcome}: {judged.reason}")
     # verify.verdicts.serve_bench: output throughput and p99 ITL, each a paired log-scale
-    # interval against a 5% threshold; a resolved slowdown was confirmed with more rounds.
+    # interval against the registry's threshold; a resolved slowdown was confirmed with more
+    # rounds.
     slower = judged.outcome == "fail"
     reason = f"{judged.reason} ({confirmation})" if confirmation else judged.reason
     write_result(
-        ctx, "e2e-serve-bench", "series", judged.outcome, numbers, tables=[tab], reason=reason,
+        ctx, RECORD, "series", judged.outcome, numbers, tables=[tab], reason=reason,
     )  # fmt: skip
     return not slower
