@@ -299,11 +299,6 @@ def _commands(rows, upstream: bool) -> list[str]:
     return [line for c in commands for line in shell(c)]
 
 
-def _key_tables(records: list[Record]) -> list[str]:
-    """The key tables the records write (a step's own figure in the PR report)."""
-    return [r["key_table"] for r in records if r.get("key_table")]
-
-
 def render_patch(
     evidence: PatchEvidence,
     appendix_name: str,

@@ -61,12 +61,6 @@ def sdist_filename(version: str) -> str:
     return f"{PACKAGE}-{version}.tar.gz"
 
 
-def lookup(version: str, index: str | None = None) -> SdistInfo:
-    """Find the sdist of `version` in the index. Raises PatchbenchError if it is not published,
-    and ``urllib.error.URLError``/``OSError`` if the index cannot be reached."""
-    return lookup_file(PACKAGE, sdist_filename(version), version, index)
-
-
 def lookup_file(project: str, wanted: str, version: str, index: str | None = None) -> SdistInfo:
     """Find the distribution file `wanted` of `project` (an sdist or a wheel) in the index."""
     base = f"{(index or index_url()).rstrip('/')}/{project}/"

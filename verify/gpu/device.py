@@ -22,7 +22,6 @@ BUNDLE = Path(os.environ.get("PATCHBENCH_VLLM_SITE", "/tmp/vllm-bundle/site"))
 SITES = Path("/tmp/pb-sites")
 MODEL = Path("/tmp/pb-model")
 GRIT_MODEL = Path("/tmp/pb-grit-model")
-REPEAT_MODEL = Path("/tmp/pb-model-repeat")
 
 
 def build_model(path: Path = MODEL, repeat: bool = False) -> Path:
