@@ -34,7 +34,17 @@ from pathlib import Path
 import git
 
 from verify import locks, paths, sdist
+from verify.am_failure import failure_details
 from verify.errors import ApplyError, PatchbenchError
+from verify.git_setup import (
+    AM_OPTS,
+    BASELINE_DATE,
+    CONFIG_OVERRIDES,
+    FORMAT_PATCH_OPTS,
+    IDENTITY,
+    git_env,
+    has_identity,
+)
 from verify.progress import say
 from verify.series import (
     Patch,
@@ -50,48 +60,6 @@ BACKUP_PREFIX = "patchbench-backup"
 _BACKUP_NAME = re.compile(r"(\d{8}T\d{6})(?:-(\d+))?")
 
 BASELINE_TAG = "pristine"
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "vllm-patchbench",
-    "GIT_AUTHOR_EMAIL": "patchbench@example.invalid",
-    "GIT_COMMITTER_NAME": "vllm-patchbench",
-    "GIT_COMMITTER_EMAIL": "patchbench@example.invalid",
-}
-BASELINE_DATE = "2000-01-01T00:00:00+00:00"
-
-# Options that make `git format-patch` output independent of user/global git config.
-_CONFIG_OVERRIDES = [
-    "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false",
-    "-c", "diff.relative=false",
-    "-c", "core.quotePath=true",
-    "-c", "i18n.logOutputEncoding=UTF-8",
-]  # fmt: skip
-FORMAT_PATCH_OPTS = [
-    "--no-signature",
-    "--zero-commit",
-    "--full-index",
-    "--no-stat",
-    "--keep-subject",
-    "--no-numbered",
-    "--no-thread",
-    "--no-cover-letter",
-    "--no-base",
-    "--no-to",
-    "--no-cc",
-    "--no-renames",
-    "--no-color",
-    "--encode-email-headers",
-    "--suffix=.patch",
-    "--filename-max-length=64",
-    "--diff-algorithm=myers",
-    "--indent-heuristic",
-    "--unified=3",
-    "--inter-hunk-context=0",
-    "--src-prefix=a/",
-    "--dst-prefix=b/",
-    "-O/dev/null",
-]
-AM_OPTS = ["--keep", "--3way", "--committer-date-is-author-date", "--whitespace=nowarn"]
 
 
 def build_root() -> Path:
@@ -107,15 +75,6 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return not self.differences
-
-
-def _git_env(identity: bool = False) -> dict[str, str]:
-    """The environment of git calls; `identity` only for the baseline commit."""
-    env = dict(os.environ, **IDENTITY) if identity else dict(os.environ)
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    return env
 
 
 def _locked(method: Callable) -> Callable:
@@ -151,7 +110,7 @@ class BuildTree:
 
     def git(self, *args: str, env: dict[str, str] | None = None) -> str:
         """Run git in the build tree (through gitpython)."""
-        return self.repo.git.execute(["git", *args], env=env or _git_env())
+        return self.repo.git.execute(["git", *args], env=env or git_env())
 
     @property
     def series_path(self) -> Path:
@@ -204,7 +163,7 @@ class BuildTree:
     def _commit_baseline(self, tree: Path) -> None:
         started = time.monotonic()
         repo = git.Repo.init(tree, initial_branch="main")
-        env = _git_env(identity=True)
+        env = git_env(identity=True)
         env.update(GIT_AUTHOR_DATE=BASELINE_DATE, GIT_COMMITTER_DATE=BASELINE_DATE)
         for key, value in (("core.autocrlf", "false"), ("core.fileMode", "true"), ("gc.auto", "0")):
             repo.git.config(key, value)
@@ -443,8 +402,8 @@ class BuildTree:
         )
 
     def _am_one(self, patch: Patch) -> None:
-        env = _git_env()
-        if not _has_identity(self.path, env):  # `git am` needs a committer; authors are kept
+        env = git_env()
+        if not has_identity(self.path, env):  # `git am` needs a committer; authors are kept
             env.update({k: v for k, v in IDENTITY.items() if k.startswith("GIT_COMMITTER")})
         try:
             self.git("am", *AM_OPTS, str(patch.path), env=env)
@@ -460,7 +419,7 @@ class BuildTree:
                 self.git("apply", "--check", str(patch.path))
             except git.GitCommandError as check:
                 output += f"\n{check.stderr or ''}"
-            files, where = _failure_details(output, patch)
+            files, where = failure_details(output, patch)
             last = self.git("log", "-1", "--format=%s", "HEAD")
             raise ApplyError(
                 f"{patch.name} does not apply to vLLM {self.version}: {where}. "
@@ -473,7 +432,7 @@ class BuildTree:
     # -- export / check ---------------------------------------------------------------------
     def _format_patch(self, out_dir: Path) -> list[Path]:
         out = self.git(
-            *_CONFIG_OVERRIDES, "format-patch", *FORMAT_PATCH_OPTS, "-o", str(out_dir),
+            *CONFIG_OVERRIDES, "format-patch", *FORMAT_PATCH_OPTS, "-o", str(out_dir),
             f"{BASELINE_TAG}..HEAD",
         )  # fmt: skip
         return [Path(line) for line in out.splitlines() if line.strip()]
@@ -619,50 +578,3 @@ def _differing(old: dict[str, str], new: dict[str, str]) -> list[str]:
 def _names(names: list[str], limit: int = 4) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
-
-
-def _has_identity(folder: Path, env: dict[str, str]) -> bool:
-    run = subprocess.run(
-        ["git", "-C", str(folder), "var", "GIT_COMMITTER_IDENT"], capture_output=True, env=env
-    )
-    return run.returncode == 0
-
-
-_PATCH_FAILED = re.compile(r"error: patch failed: (\S+?):(\d+)")
-_CONFLICT = re.compile(r"CONFLICT \([^)]*\): (?:Merge conflict in )?(\S+)")
-_MISSING = re.compile(r"error: (\S+): does not exist in index")
-_CORRUPT = re.compile(r"corrupt patch at line (\d+)")
-
-
-def _failure_details(output: str, patch: Patch) -> tuple[list[str], str]:
-    """Which files (and hunks) of `patch` failed, from `git am` output."""
-    files: list[str] = []
-    parts: list[str] = []
-    for name, line in _PATCH_FAILED.findall(output):
-        files.append(name)
-        parts.append(f"hunk at {name}:{line}{_hunk_header(patch, name, int(line))}")
-    for name in _CONFLICT.findall(output):
-        if name not in files:
-            files.append(name)
-        parts.append(f"merge conflict in {name}")
-    for name in _MISSING.findall(output):
-        files.append(name)
-        parts.append(f"{name} does not exist in this version")
-    for line in _CORRUPT.findall(output):
-        parts.append(f"corrupt patch at line {line}")
-    if not parts:
-        tail = " ".join(output.strip().splitlines()[-3:])
-        parts.append(f"git am failed: {tail}")
-    return list(dict.fromkeys(files)), "; ".join(dict.fromkeys(parts))
-
-
-def _hunk_header(patch: Patch, name: str, line: int) -> str:
-    """The `@@ -line,...` header of the hunk of `name` that starts at `line`, if found."""
-    text = patch.path.read_text(encoding="utf-8", errors="replace")
-    section = text.split(f"diff --git a/{name} b/{name}", 1)
-    if len(section) < 2:
-        return ""
-    for match in re.finditer(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", section[1], re.M):
-        if int(match.group(1)) == line:
-            return f" ({match.group(0).strip()})"
-    return ""

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import git
 
-from verify.buildtree import BASELINE_TAG, BuildTree, _git_env
+from verify.buildtree import BASELINE_TAG, BuildTree
+from verify.git_setup import git_env
 from verify.series import Patch, read_series
 
 
@@ -37,7 +38,7 @@ class Dependency:
 
 def _applies_in_order(tree: BuildTree, patches: list[Patch], folder: Path) -> bool:
     """Whether `patches` apply one after the other on the pristine tree."""
-    env = _git_env()
+    env = git_env()
     env["GIT_INDEX_FILE"] = os.path.join(folder, "index")
     tree.git("read-tree", BASELINE_TAG, env=env)
     for patch in patches:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import git
 
-from verify.buildtree import _CONFIG_OVERRIDES, AM_OPTS, IDENTITY, BuildTree, _git_env
+from verify.buildtree import BuildTree
 from verify.errors import PatchbenchError
+from verify.git_setup import AM_OPTS, CONFIG_OVERRIDES, IDENTITY, git_env
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Result:
 def _run(tree: BuildTree, *args: str, env: dict[str, str] | None = None) -> Result:
     try:
         _, out, err = tree.repo.git.execute(
-            ["git", *args], env=env or _git_env(), with_extended_output=True
+            ["git", *args], env=env or git_env(), with_extended_output=True
         )
     except git.GitCommandError as exc:
         return Result(False, f"{exc.stdout or ''}\n{exc.stderr or ''}".strip())
@@ -42,7 +43,7 @@ def _run(tree: BuildTree, *args: str, env: dict[str, str] | None = None) -> Resu
 
 def _committer_env(tree: BuildTree) -> dict[str, str]:
     """The build-tree environment, with the tool's committer where git has none (authors kept)."""
-    env = _git_env()
+    env = git_env()
     probe = _run(tree, "var", "GIT_COMMITTER_IDENT", env=env)
     if not probe.ok:
         env.update({k: v for k, v in IDENTITY.items() if k.startswith("GIT_COMMITTER")})
@@ -140,7 +141,7 @@ def update_ref(tree: BuildTree, ref: str, sha: str) -> None:
 
 def show_diff(tree: BuildTree, sha: str) -> str:
     """The diff of one commit in the export's format (3 lines of context, full index)."""
-    return tree.git(*_CONFIG_OVERRIDES, "show", "--format=", "--no-renames", "--full-index",
+    return tree.git(*CONFIG_OVERRIDES, "show", "--format=", "--no-renames", "--full-index",
                     "--unified=3", "--diff-algorithm=myers", "--no-color", sha)  # fmt: skip
 
 
@@ -158,7 +159,7 @@ def _mailinfo(tree: BuildTree, patch: Path, folder: Path) -> tuple[str, dict[str
     msg, diff = folder / "msg", folder / "diff"
     with open(patch, "rb") as handle:
         out = tree.repo.git.execute(
-            ["git", "mailinfo", "-k", str(msg), str(diff)], istream=handle, env=_git_env()
+            ["git", "mailinfo", "-k", str(msg), str(diff)], istream=handle, env=git_env()
         )
     info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     env = {var: info[key] for key, var in _AUTHOR.items() if key in info}

@@ -33,8 +33,9 @@ import git
 
 from verify import dependencies, upstream_code
 from verify import drift as drift_mod
-from verify.buildtree import BASELINE_TAG, BuildTree, _git_env
+from verify.buildtree import BASELINE_TAG, BuildTree
 from verify.errors import PatchbenchError
+from verify.git_setup import git_env
 from verify.progress import say
 from verify.series import Patch, read_series, series_hash
 from verify.upstream_code import Change, ReleaseFiles, Search
@@ -125,7 +126,7 @@ class _ScratchIndex:
 
     def __init__(self, tree: BuildTree, directory: Path, name: str = ""):
         self.tree = tree
-        self.env = _git_env()
+        self.env = git_env()
         self.env["GIT_INDEX_FILE"] = str(directory / f"index-{tree.version}{name}")
         tree.git("read-tree", BASELINE_TAG, env=self.env)
 
