@@ -25,7 +25,6 @@ LONG_MODULES = {
     "scripts/gpu_verify.py": 858,
     "scripts/gpu_pooling_prompt_ids_bench.py": 774,
     "scripts/gpu_kernel_bench.py": 639,
-    "verify/ab/engines.py": 608,
 }
 
 

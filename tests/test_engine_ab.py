@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verify.ab import engines
+from verify.ab import cpus, engines
 from verify.ab import rounds as ab_rounds
 from verify.ab.__main__ import (
     Stage,
@@ -26,15 +26,11 @@ from verify.ab.__main__ import (
     plan_stages,
     stage_results,
 )
+from verify.ab.cpus import compact_cpus, cpu_shares, cpu_ticks, split_cpus, thread_cpu
 from verify.ab.engines import (
     Engine,
     EngineError,
-    compact_cpus,
-    cpu_shares,
-    cpu_ticks,
-    split_cpus,
     step_stats,
-    thread_cpu,
     timed_generate,
     timer_summary,
 )
@@ -1064,9 +1060,7 @@ def test_pin_cpus_gives_each_engine_its_own_share(tmp_path):
 
 def test_cpu_hopper_moves_the_thread_every_k_ticks_through_every_cpu_and_restores():
     calls: list[set] = []
-    hopper = engines.CpuHopper(
-        [7, 2, 5], every=2, setaffinity=lambda _pid, cpus: calls.append(cpus)
-    )
+    hopper = cpus.CpuHopper([7, 2, 5], every=2, setaffinity=lambda _pid, cpus: calls.append(cpus))
     start = hopper.cpus[hopper._next]
     for _ in range(6):
         hopper.tick()
@@ -1078,15 +1072,15 @@ def test_cpu_hopper_moves_the_thread_every_k_ticks_through_every_cpu_and_restore
 
 
 def test_hopper_from_env_is_off_by_default_and_names_a_bad_value():
-    assert engines.hopper_from_env({}) is None
-    assert engines.hopper_from_env({engines.HOP_ENV: "0"}) is None
+    assert cpus.hopper_from_env({}) is None
+    assert cpus.hopper_from_env({cpus.HOP_ENV: "0"}) is None
     with pytest.raises(engines.EngineError, match="PB_HOP_CPUS_EVERY='often'"):
-        engines.hopper_from_env({engines.HOP_ENV: "often"})
+        cpus.hopper_from_env({cpus.HOP_ENV: "often"})
 
 
 def test_timed_generate_hops_the_cpu_when_asked(monkeypatch):
     moves: list[set] = []
-    monkeypatch.setenv(engines.HOP_ENV, "4")
+    monkeypatch.setenv(cpus.HOP_ENV, "4")
     monkeypatch.setattr(engines.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
     monkeypatch.setattr(engines.os, "sched_setaffinity", lambda _pid, cpus: moves.append(cpus))
     stamps = _stamps(0.004, 12, batch=2)
@@ -1098,7 +1092,7 @@ def test_timed_generate_hops_the_cpu_when_asked(monkeypatch):
 
 def test_thread_cpu_samples_see_every_cpu_a_hopping_thread_ran_on(monkeypatch):
     current = {"cpu": 0}
-    monkeypatch.setenv(engines.HOP_ENV, "16")
+    monkeypatch.setenv(cpus.HOP_ENV, "16")
     monkeypatch.setattr(engines.os, "sched_getaffinity", lambda _pid: set(range(16)))
     monkeypatch.setattr(
         engines.os, "sched_setaffinity", lambda _pid, cpus: current.update(cpu=min(cpus))

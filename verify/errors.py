@@ -29,3 +29,7 @@ class LockTimeout(PatchbenchError):
 
 class ConfigError(PatchbenchError):
     """An environment variable holds a value the tool cannot use; nothing was done."""
+
+
+class EngineError(PatchbenchError):
+    """An engine worker died, timed out, or failed a request."""

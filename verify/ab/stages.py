@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from verify.ab import rounds as ab_rounds
+from verify.ab.cpus import split_cpus
 from verify.ab.engines import (
     SAMPLING_KEYS,
     Engine,
     EngineError,
-    split_cpus,
     worker_command,
 )
 from verify.ab.servers import say

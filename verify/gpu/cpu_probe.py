@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     drift = summary["round_relative"]
     print(f"rounds relative to the first: {min(drift):.3f}-{max(drift):.3f}")
     if args.fastest:
-        from verify.ab.engines import compact_cpus
+        from verify.ab.cpus import compact_cpus
 
         print(compact_cpus(fastest_cpus(summary, args.fastest)))
     return 0

@@ -91,7 +91,7 @@ def run_note(run: dict, stage: dict, rounds: list[ab_rounds.Round]) -> str:
     parallel = re.search(r"beside (\d+) other jobs", run.get("command", ""))
     where = f"beside {parallel.group(1)} other jobs" if parallel else "alone"
     hop = re.search(r"PB_HOP_CPUS_EVERY=(\d+)", run.get("command", ""))
-    if hop:  # verify.ab.engines.CpuHopper: each cell spread over all CPUs
+    if hop:  # verify.ab.cpus.CpuHopper: each cell spread over all CPUs
         where += f", engine threads hopping CPUs every {hop.group(1)} steps"
     apart = engines_apart(run)
     if apart:
