@@ -80,6 +80,13 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from verify.equivalence import recovered_tokens_ref as ref  # noqa: E402
+from verify.gpu.kernel_timers import (  # noqa: E402  (also the penalty-state benches' timers)
+    capture,
+    sleep_cycles_per_us,
+    time_eager,
+    time_graph,
+    time_host,
+)
 from verify.results import cpu_model  # noqa: E402
 
 DEFAULT_SHAPES = "1x1,1x4,4x4,16x1,8x4,16x4,32x4,64x4,128x4,256x4,r16,r220,r900"
@@ -286,90 +293,6 @@ def n_input_sets(counts, vocab, with_draft, total_bytes=150e6, cap=512) -> int:
     tokens = sum(counts)
     per_set = 4 * vocab * (tokens * (2 if with_draft else 1) + len(counts))
     return max(1, min(cap, math.ceil(total_bytes / per_set)))
-
-
-def capture(fns, calls: int) -> torch.cuda.CUDAGraph:
-    """A CUDA graph calling fns[0], fns[1], ... round robin `calls` times (warmed first)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def _events(n):
-    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-
-
-def time_graph(graph, calls: int, replays: int) -> float:
-    """Median GPU microseconds per call over `replays` replays."""
-    start, end = _events(replays), _events(replays)
-    for s, e in zip(start, end, strict=True):
-        s.record()
-        graph.replay()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(
-        s.elapsed_time(e) * 1e3 / calls for s, e in zip(start, end, strict=True)
-    )
-
-
-def time_eager(fns: dict, order: list, flush: torch.Tensor, samples: int, sleep=0) -> dict:
-    """Per variant, the median microseconds of one eager call issued to an idle GPU with
-    L2 flushed; the variants alternate sample by sample (paired against host drift).
-    With `sleep` (cycles), the call is issued behind a sleep kernel and the start event
-    recorded after it: the GPU time of the launch alone, host issue hidden (queued_us)."""
-    times = {n: [] for n in order}
-    start, end = _events(2)
-    for _ in range(samples):
-        for n in order:
-            flush.zero_()
-            torch.cuda.synchronize()
-            if sleep:
-                torch.cuda._sleep(sleep)
-            start.record()
-            fns[n]()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1e3)
-    return {n: statistics.median(t) for n, t in times.items()}
-
-
-def sleep_cycles_per_us() -> float:
-    torch.cuda._sleep(1000)
-    start, end = _events(2)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    return 10_000_000 / (start.elapsed_time(end) * 1e3)
-
-
-def time_host(fns: dict, order: list, calls: int, cycles_per_us: float, batches=5) -> dict:
-    """Per variant, CPU microseconds to issue one call, the GPU kept busy so that no
-    launch waits: the median over `batches` batches of calls/batches back-to-back calls
-    (a batch hit by an OS hiccup does not move it); variants alternate batch by batch."""
-    per_batch = max(1, calls // batches)
-    means = {n: [] for n in order}
-    for _ in range(batches):
-        for n in order:
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(per_batch * 200 * cycles_per_us))  # ~200 us per call
-            t0 = time.perf_counter_ns()
-            for _ in range(per_batch):
-                fns[n]()
-            means[n].append((time.perf_counter_ns() - t0) / per_batch / 1e3)
-    torch.cuda.synchronize()
-    return {n: statistics.median(m) for n, m in means.items()}
 
 
 # --------------------------------------------------------------------------- main

@@ -10,7 +10,7 @@ launch does one launch per step there).
 
 Each FILE is a `vllm/v1/sample/ops/penalty_state.py` (e.g. from `git show` of two commits of
 the build tree); its vLLM imports are replaced by triton and a float32-CUDA test, so no vLLM
-is needed. Timers come from scripts/gpu_kernel_bench.py (GPU time in a CUDA graph, eager time
+is needed. Timers come from verify/gpu/kernel_timers.py (GPU time in a CUDA graph, eager time
 with L2 flushed, host time per call; variants alternate, rounds rotate the order). Every shape
 first checks that the variants produce the same counts (record) and the same logit bits
 (apply); a mismatch stops the run. The first --variant is the baseline of the others; rows

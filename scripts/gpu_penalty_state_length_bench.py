@@ -6,7 +6,7 @@ in the same rounds: the penalty path's host time per step must not grow with L.
         --out $OUT/gpu/micro-penalty-state-length.json
 
 Each length is one "variant" of a shape (B rows, prompt P, positive penalties), the shortest the
-baseline, so the timers of scripts/gpu_kernel_bench.py interleave them (order rotated every
+baseline, so the timers of verify/gpu/kernel_timers.py interleave them (order rotated every
 round). GPU and eager time grow with L by design (the kernel walks the listed ids); host time
 per call must not. Rows: {variant (the length), baseline, shape, vocab, graph_us, eager_us,
 host_us} with per-round medians, as in verify/verdicts/kernel.py (outputs differ by design).

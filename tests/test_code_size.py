@@ -24,7 +24,6 @@ LONG_MODULES = {
     "scripts/gpu_mrv2_sampler_bench.py": 970,
     "scripts/gpu_verify.py": 858,
     "scripts/gpu_pooling_prompt_ids_bench.py": 774,
-    "scripts/gpu_kernel_bench.py": 639,
 }
 
 
