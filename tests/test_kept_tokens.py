@@ -68,12 +68,12 @@ def test_the_token_control_fails_where_kept_outputs_disagree(gpu_results_root: P
     rounds = [ab_rounds.Round(0, (base,), {base: {"token_ids_hash": "a"}}),
               ab_rounds.Round(1, (twin,), {twin: {"token_ids_hash": "a"}}),
               ab_rounds.Round(2, (cell,), {cell: {"token_ids_hash": "b"}})]  # fmt: skip
-    verdict = gpu_engine_ab._tokens(rounds, base, cell, twin, "tokens", "0.22.0")
+    verdict = gpu_engine_ab._tokens(rounds, base, cell, twin, "tokens", ("0.22.0", None))
     assert verdict.outcome == "fail"  # the control agrees and nothing else was kept
     folder = gpu_results_root / "0.22.0"
     _archive(
         folder, "tokens-long.tar.xz", {"pristine-pen-b2-l4.json": [[1, 2, 3, 4], [5, 6, 7, 8]]}
     )
     _archive(folder, "tokens-short.tar.xz", {"pristine-pen-b2-l2.json": [[1, 2], [5, 9]]})
-    verdict = gpu_engine_ab._tokens(rounds, base, cell, twin, "tokens", "0.22.0")
+    verdict = gpu_engine_ab._tokens(rounds, base, cell, twin, "tokens", ("0.22.0", None))
     assert verdict.outcome == "inconclusive" and "request 1 from step 1" in verdict.reason

@@ -408,14 +408,12 @@ def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | 
     return out
 
 
+#: (version, output entropy) whose kept outputs join a token control (kept_tokens), or None.
+Kept = tuple[str, str | None] | None
+
+
 def _tokens(
-    rounds: list,
-    base: str,
-    cell: str,
-    control: str | None,
-    what: str,
-    version: str = "",
-    entropy: str | None = None,
+    rounds: list, base: str, cell: str, control: str | None, what: str, kept: Kept = None
 ) -> Verdict:
     """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
     build (`control`): GPU engines of one build need not agree across starts, so without it the
@@ -428,7 +426,7 @@ def _tokens(
         return all(r.values[a]["token_ids_hash"] == r.values[b]["token_ids_hash"] for r in mine)
 
     if not mine:
-        return _tokens_across_starts(rounds, base, cell, control, what, version, entropy)
+        return _tokens_across_starts(rounds, base, cell, control, what, kept)
     identical = agree(base, cell)
     if control is None:
         seen = "identical" if identical else "differ"
@@ -444,21 +442,15 @@ def _tokens(
 
 
 def _tokens_across_starts(
-    rounds: list,
-    base: str,
-    cell: str,
-    control: str | None,
-    what: str,
-    version: str = "",
-    entropy: str | None = None,
+    rounds: list, base: str, cell: str, control: str | None, what: str, kept: Kept = None
 ) -> Verdict:
     """`cell`'s tokens against `base`'s where no round ran them together (engines that took
     turns, or calls of one engine each): judged only when the baseline and its second engine
     gave one and the same output in every round each ran (so separate starts of that build
     agree, here across calls too), and `cell` ran; else not run. Outputs of the baseline's
-    build kept by other runs (kept_tokens: same sampling, batch and output distribution
-    `entropy`, any length) are part of the control: where their common prefix differs, the
-    control failed."""
+    build kept by other runs (`kept`: the version and output distribution whose kept outputs
+    of the same sampling and batch, any length, join the control; kept_tokens) are part of the
+    control: where their common prefix differs, the control failed."""
     hashes = {
         c: {r.values[c]["token_ids_hash"] for r in rounds if c in r.values}
         for c in (base, cell, control)
@@ -471,8 +463,8 @@ def _tokens_across_starts(
     build = base.split("/")[0]
     control_agrees = len(hashes[base] | hashes[control]) == 1
     elsewhere = None
-    if control_agrees and version:
-        elsewhere = kept_tokens.disagreement(version, build, base.split("/", 1)[1], entropy)
+    if control_agrees and kept:
+        elsewhere = kept_tokens.disagreement(kept[0], build, base.split("/", 1)[1], kept[1])
         control_agrees = elsewhere is None
     identical = hashes[cell] == hashes[base] and len(hashes[base]) == 1
     verdict = identity.judge(identical, control_agrees, what, baseline=build)

@@ -180,8 +180,8 @@ def judge_stage(
             if comparable(run["configs"][cell.split("/", 1)[1]]):
                 control = cells.get((f"{base}2", pen, topkp))
                 what_tokens = f"{shape} {what} tokens vs {base}"
-                version, entropy = run["vllm_version"], entropy_of(run)
-                verdict = _tokens(rounds, other, cell, control, what_tokens, version, entropy)
+                kept = (run["vllm_version"], entropy_of(run))
+                verdict = _tokens(rounds, other, cell, control, what_tokens, kept)
                 numbers[f"tokens patched vs {base} ({what})"] = verdict.reason
                 if control:  # judged only against a second engine of the baseline's build
                     parts.append(verdict)
