@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_LINES, MODULE_LINES = 80, 600
 #: Functions over FUNCTION_LINES today: "file:function" -> its lines.
 LONG_FUNCTIONS = {
-    "scripts/gpu_mrv2_sampler_bench.py:run": 167,
+    "scripts/gpu_mrv2_sampler_bench.py:run": 166,
     "scripts/bench_penalty_host_cpu.py:main": 156,
     "scripts/gpu_pooling_prompt_ids_bench.py:run": 131,
     "scripts/bench_penalties_apply.py:main": 119,
@@ -21,7 +21,6 @@ LONG_FUNCTIONS = {
 }
 #: Modules over MODULE_LINES today -> their lines.
 LONG_MODULES = {
-    "scripts/gpu_mrv2_sampler_bench.py": 970,
     "scripts/gpu_verify.py": 858,
     "scripts/gpu_pooling_prompt_ids_bench.py": 774,
 }
