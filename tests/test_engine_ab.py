@@ -35,7 +35,7 @@ from verify.ab.engines import (
     timer_summary,
 )
 from verify.gpu import penalty_plan
-from verify.importer import gpu_engine_ab
+from verify.importer import engine_runs, gpu_engine_ab
 
 PEN = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
 CONFIGS = {
@@ -1492,23 +1492,28 @@ def test_runs_sampling_from_other_output_distributions_pool_apart(root):
     assert len(keys) == 2 and sum("1.00 nats" in k for k in keys) == 1
 
 
-def test_a_patch_of_another_runner_added_since_a_run_leaves_it_current(root, monkeypatch):
-    """An MRV2-only patch added after a V1 run does not reach the run's series engines: the
-    run still measures the current code; a V1 patch added since it does not."""
+def test_an_mrv2_patch_added_since_a_v1_run_leaves_it_current(root):
+    """A patch whose code lies in MRV2's own package, added after a run whose series engines
+    ran V1, does not reach them: the run still measures the current code. Not so for a run
+    with an MRV2 series engine, nor for a patch that touches V1's files or the part of MRV2's
+    package that V1 imports."""
     from verify import registry
     from verify.series import read_series
 
     series = read_series("0.22.0")
     last = series[-1]
+    assert last.files and all(
+        f.startswith(("tests/", "vllm/v1/worker/gpu/")) for f in last.files
+    ), "the pin's last patch is its MRV2 one"
     recorded = {p.subject: registry.diff_hash(p) for p in series[:-1]}  # before the last patch
     earlier = synthetic_run({"patched/pen": 0.99}, 0.002, n=4)
     earlier |= {"series_hash": "0ld0ld0ld0", "date": "2026-11-24T09:00:00+00:00"}
-    earlier |= {"patch_hashes": recorded, "workers": {"patched": {"model_runner": "V1"}}}
-    (root / "0.22.0" / "penalties-ab-earlier.json").write_text(json.dumps(earlier))
+    earlier |= {"patch_hashes": recorded}
     current = synthetic_run({"patched/pen": 0.99}, 0.002, n=4)
-    for runners, pooled in ((("MRV2",), 2), (("V1",), 1), (("V1", "MRV2"), 1)):
-        entry = registry.entry_for(last, "0.22.0")
-        monkeypatch.setattr(registry, "entry_for", lambda p, v, e=None, r=runners, en=entry: (
-            replace(en, runners=r) if p.subject == last.subject else None))  # fmt: skip
-        record = _import(root, current)
-        assert len(record["numbers"]["runs"]) == pooled, runners
+    for runner, pooled in (("V1", 2), ("MRV2", 1)):
+        earlier["workers"] = {"patched": {"model_runner": runner}, "pristine": {}}
+        (root / "0.22.0" / "penalties-ab-earlier.json").write_text(json.dumps(earlier))
+        assert len(_import(root, current)["numbers"]["runs"]) == pooled, runner
+    for files in (("vllm/v1/sample/sampler.py",), ("vllm/v1/worker/gpu/pool/pooling_runner.py",)):
+        assert engine_runs.reaches_v1(replace(last, files=files))
+    assert not engine_runs.reaches_v1(last)

@@ -268,12 +268,26 @@ def series_runners(run: dict) -> set[str] | None:
     }
 
 
+#: Model Runner V2's package, and the part of it a V1 engine imports (its pooling runners).
+MRV2_PACKAGE, MRV2_SHARED_WITH_V1 = "vllm/v1/worker/gpu/", "vllm/v1/worker/gpu/pool/"
+
+
+def reaches_v1(patch) -> bool:
+    """Whether `patch` may change what a V1 engine runs: anything but a patch whose code files
+    all lie in MRV2's package outside the part V1 imports (MRV2 itself imports V1's model
+    runner, so no V1 patch is taken to leave an MRV2 engine alone)."""
+    code = [f for f in patch.files if not f.startswith("tests/")]
+    return not code or any(
+        not f.startswith(MRV2_PACKAGE) or f.startswith(MRV2_SHARED_WITH_V1) for f in code
+    )
+
+
 def same_code(run: dict, newest: dict, version: str) -> bool:
     """Whether `run` measured the code of `newest` (taken to be the current code): the same
     series, or each patch's recorded diff the current one or a committed form of it that
-    differed only in tests/ (`registry.tests_only_change`), patches that differ changing only
-    a runner none of the run's series engines ran (the registry's `runners`, e.g. an MRV2
-    patch added since a V1 run)."""
+    differed only in tests/ (`registry.tests_only_change`); patches that differ do not count
+    where the run had no series engine, or where its series engines all ran V1 and the patch
+    changes only MRV2's own files (`reaches_v1`; e.g. an MRV2 patch added since a V1 run)."""
     if run.get("series_hash") == newest.get("series_hash"):
         return True
     recorded = run.get("patch_hashes") or {}
@@ -282,11 +296,9 @@ def same_code(run: dict, newest: dict, version: str) -> bool:
         return False
     ran = series_runners(run)
     ran = set(registry.RUNNERS) if ran is None else ran  # no engines recorded: any runner
-    entries = registry.load()
 
-    def reaches_run(patch) -> bool:
-        entry = registry.entry_for(patch, version, entries)
-        return entry is None or bool(ran & set(entry.runners))
+    def reaches_run(patch) -> bool:  # no series engine: the series reaches nothing
+        return bool(ran) and (ran != {"V1"} or reaches_v1(patch))
 
     def unchanged(patch) -> bool:
         h = recorded.get(patch.subject)
