@@ -51,7 +51,7 @@ from verify.ab.engines import (  # noqa: E402  (the A/B core's engine lifecycle)
     timed_generate,
 )
 from verify.ab.servers import Server  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
-from verify.ab.variants import COMPILE_ENV  # noqa: E402  (deterministic Inductor, no AOT compile)
+from verify.ab.variants import COMPILE_ENV  # noqa: E402  (Inductor's deterministic mode)
 from verify.gpu.device import (  # noqa: E402  (the device edge: paths, models, import roots)
     BUNDLE,
     MODEL,

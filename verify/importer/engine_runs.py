@@ -295,10 +295,9 @@ def same_code(run: dict, newest: dict, version: str) -> bool:
     if not recorded or recorded.keys() - patches.keys():
         return False
     ran = series_runners(run)
-    ran = set(registry.RUNNERS) if ran is None else ran  # no engines recorded: any runner
 
-    def reaches_run(patch) -> bool:  # no series engine: the series reaches nothing
-        return bool(ran) and (ran != {"V1"} or reaches_v1(patch))
+    def reaches_run(patch) -> bool:  # no engines recorded: any; no series engine: none
+        return ran is None or (bool(ran) and (ran != {"V1"} or reaches_v1(patch)))
 
     def unchanged(patch) -> bool:
         h = recorded.get(patch.subject)
@@ -421,11 +420,11 @@ def sampler_host(rounds: list[ab_rounds.Round], plain: str, pen: str) -> dict | 
 
 
 #: (version, output entropy) whose kept outputs join a token control (kept_tokens), or None.
-Kept = tuple[str, str | None] | None
+TokenControl = tuple[str, str | None] | None
 
 
 def _tokens(
-    rounds: list, base: str, cell: str, control: str | None, what: str, kept: Kept = None
+    rounds: list, base: str, cell: str, control: str | None, what: str, kept: TokenControl = None
 ) -> Verdict:
     """Identity of `cell`'s tokens with `base`'s. The control is a second engine of `base`'s
     build (`control`): GPU engines of one build need not agree across starts, so without it the
@@ -454,7 +453,7 @@ def _tokens(
 
 
 def _tokens_across_starts(
-    rounds: list, base: str, cell: str, control: str | None, what: str, kept: Kept = None
+    rounds: list, base: str, cell: str, control: str | None, what: str, kept: TokenControl = None
 ) -> Verdict:
     """`cell`'s tokens against `base`'s where no round ran them together (engines that took
     turns, or calls of one engine each): judged only when the baseline and its second engine
