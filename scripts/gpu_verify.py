@@ -24,13 +24,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import random
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -46,9 +44,7 @@ from verify import stats  # noqa: E402
 from verify.ab.engines import (  # noqa: E402  (the A/B core's engine lifecycle)
     Engine,
     digest,
-    prompt_batch,
     serve_requests,
-    timed_generate,
 )
 from verify.ab.servers import Server  # noqa: E402  (scipy: a vLLM dependency, so on the device too)
 from verify.ab.variants import COMPILE_ENV  # noqa: E402  (Inductor's deterministic mode)
@@ -97,13 +93,6 @@ def ratio_ci(a: list[float], b: list[float]) -> dict[str, float]:
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 # ---------------------------------------------------------------------------------------------
 # engine worker (a child process; PYTHONPATH = one variant's import root)
 def worker(args: argparse.Namespace) -> None:
@@ -138,53 +127,7 @@ def _run_config(llm, spec: dict, config: dict, warmup: bool) -> dict:
             "vectors_hash": digest(vectors),
             "dim": len(vectors[0]),
         }
-    from vllm import SamplingParams
-
-    batch, input_len = config["batch"], config.get("input_len", spec.get("input_len", 32))
-    output_len = 8 if warmup else config["output_len"]
-    period = spec.get("prompt_period")  # repeated phrases give the ngram proposer matches
-    prompts = prompt_batch(4 if warmup else batch, input_len, rng, period)
-    sampling = [  # params may set "seed": None (vLLM's default: no per-request generator)
-        SamplingParams(
-            max_tokens=output_len, ignore_eos=True, **{"seed": 1000 + i, **config["params"]}
-        )
-        for i in range(len(prompts))
-    ]
-    _timers_call("reset")
-    result = timed_generate(llm, prompts, sampling)
-    result["attribution"] = None if warmup else attribution(_timers_call("snapshot"))
-    return result
-
-
-def _timers_call(name: str):
-    try:
-        from vllm.v1.worker import sample_tokens_timing as timing
-    except ImportError:
-        return None
-    return getattr(timing, name)() if timing.ENABLED else None
-
-
-def attribution(timers: dict | None) -> dict[str, float] | None:
-    """p50/p99 (ms) of V1 sample_tokens split into readiness wait and compute (004's timers),
-    and the readiness wait paid later in AsyncGPUModelRunnerOutput.get_output."""
-    if not timers or not timers.get("steps"):
-        return None
-    rows = [dict(zip(timers["step_fields"], row, strict=True)) for row in timers["steps"]]
-    out: dict[str, float] = {"steps": len(rows), "waited_steps": sum(r["waited"] for r in rows)}
-    for key in ("sample_tokens_s", "ready_wait_s", "compute_s", "update_async_output_s"):
-        values = [r[key] * 1e3 for r in rows]
-        out[f"{key[:-2]}_p50_ms"] = percentile(values, 50)
-        out[f"{key[:-2]}_p99_ms"] = percentile(values, 99)
-        out[f"{key[:-2]}_mean_ms"] = statistics.fmean(values)
-    waits = [row[0] * 1e3 for row in timers.get("get_output", [])]
-    out["get_output_wait_p50_ms"] = percentile(waits, 50)
-    out["get_output_wait_p99_ms"] = percentile(waits, 99)
-    # p99 step: how much of it was the readiness wait
-    top = sorted(rows, key=lambda r: r["sample_tokens_s"])[-max(1, len(rows) // 100) :]
-    out["p99_tail_wait_share"] = sum(r["ready_wait_s"] for r in top) / max(
-        1e-12, sum(r["sample_tokens_s"] for r in top)
-    )
-    return out
+    raise ValueError(f"engine steps run the GritLM model only, not {spec.get('model')!r}")
 
 
 def start_engine(step: str, variant: str, out: Path, env: dict[str, str]) -> Engine:
@@ -237,8 +180,6 @@ def run_engine_step(name: str, out: Path, meta: dict) -> dict:
 
 
 def _brief(result: dict) -> str:
-    if "tok_per_s" in result:
-        return f"{result['tok_per_s']:.0f} tok/s in {result['elapsed_s']:.1f} s"
     return f"{result['prompts_per_s']:.0f} prompts/s in {result['elapsed_s']:.2f} s"
 
 
@@ -248,22 +189,13 @@ def summarize(spec: dict, rounds: list[dict]) -> dict:
     summary: dict = {}
     for config in spec["configs"]:
         rows = [r for r in rounds if r["config"] == config]
-        metric = "tok_per_s" if rows and "tok_per_s" in rows[0] else "prompts_per_s"
-        hash_key = "token_ids_hash" if metric == "tok_per_s" else "vectors_hash"
+        metric, hash_key = "prompts_per_s", "vectors_hash"
         per = {v: [r for r in rows if r["variant"] == v] for v in variants}
         entry: dict = {"metric": metric}
         for v in variants:
             entry[v] = {
                 metric: [r[metric] for r in per[v]],
-                **(
-                    {"spec_decode": per[v][0]["spec_decode"]}
-                    if per[v] and per[v][0].get("spec_decode")
-                    else {}
-                ),
                 "hashes": sorted({r[hash_key] for r in per[v]}),
-                "attribution": next(
-                    (r["attribution"] for r in per[v] if r.get("attribution")), None
-                ),
             }
         for v in variants[1:]:
             n = min(len(per[base]), len(per[v]))
@@ -727,26 +659,7 @@ def overlay_patch_hashes(overlay: Path) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-PENALTIES = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-
-
-def _penalties_step(batch: int, output_len: int, max_model_len: int) -> dict:
-    """A V1 plain-vs-penalties step: `batch` requests of `output_len` tokens, pristine vs
-    patched engines side by side (0.45 of the GPU each)."""
-    engine = {"max_model_len": max_model_len, "gpu_memory_utilization": 0.45}
-    shape = {"batch": batch, "output_len": output_len}
-    return {
-        "seed": "003",
-        "env": V1,
-        "variants": ["pristine", "patched"],
-        "repeats": 1,
-        "engine": {**engine, "max_num_seqs": batch},
-        "configs": {
-            "plain": {**shape, "params": {"top_p": 0.95}},
-            "penalties": {**shape, "params": {"top_p": 0.95, **PENALTIES}},
-        },
-    }
 
 
 STEPS: dict[str, dict] = {

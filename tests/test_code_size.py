@@ -21,7 +21,7 @@ LONG_FUNCTIONS = {
 }
 #: Modules over MODULE_LINES today -> their lines.
 LONG_MODULES = {
-    "scripts/gpu_verify.py": 858,
+    "scripts/gpu_verify.py": 771,
     "scripts/gpu_pooling_prompt_ids_bench.py": 774,
 }
 
