@@ -393,5 +393,5 @@ def gpu(session: nox.Session, version: str) -> None:
     out = paths.results_root() / "gpu-raw" / version
     session.run(sys.executable, "scripts/gpu_verify.py", "--version", version,
                 "--overlay", str(overlay / version), "--tests", str(overlay / version / "tests"),
-                "--out", str(out), *(session.posargs or ["--steps", "penalties-v1"]),
+                "--out", str(out), *(session.posargs or ["--steps", "embed-gritlm"]),
                 external=True)  # fmt: skip

@@ -4,7 +4,7 @@
 # folder come back, and $OUT is emptied between calls).
 # Use (on the GPU machine, after .gpu/a and .gpu/b are installed and the overlay is copied to
 # /tmp/pb-overlay by the first call, see docs/gpu-runbook.md):
-#   bash scripts/gpu_step.sh TAG --steps penalties-v1 --repeats 2
+#   bash scripts/gpu_step.sh TAG --steps embed-gritlm --repeats 5
 # PB_OVERLAY (default /tmp/pb-overlay/0.22.0) and PB_TIMEOUT (default 560 s) override.
 set -uo pipefail
 tag=${1:?usage: gpu_step.sh TAG gpu_verify-args...}

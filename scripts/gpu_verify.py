@@ -1,22 +1,16 @@
 #!/usr/bin/env python3
-"""GPU verification tier, run on a GPU machine with the offline vLLM bundle.
+"""GPU steps of the retired verification tier that no A/B-core configuration replaces yet
+(embeddings, upstream tests, serving benchmark, gsm8k through lm_eval, microbenchmarks), run
+over the offline vLLM bundle (``PYTHONPATH=/tmp/vllm-bundle/site``) and the series' overlay
+(``python -m verify.gpu_overlay 0.22.0 --tests .gpu/tests``): each variant is an import root,
+a copy of the bundle's site-packages with its files overlaid (``pristine`` is the bundle
+itself, checked byte for byte against the sdist first).
 
-Needs only what the GPU image has (torch, transformers, tokenizers, pytest) and the bundle
-(``PYTHONPATH=/tmp/vllm-bundle/site``). The series' changed files travel in an overlay folder
-made here by ``python -m verify.gpu_overlay 0.22.0 --only-patch 0005 --tests .gpu/tests``:
-``<overlay>/{pristine,patched,only-0005}/vllm/...``. Each variant becomes an import root (a
-copy of the bundle's site-packages with its files overlaid; ``pristine`` is the bundle itself,
-checked byte for byte against the sdist first).
+    python3 scripts/gpu_verify.py --overlay .gpu/overlay/0.22.0 --steps embed-gritlm --out $OUT
 
-    python3 scripts/gpu_verify.py --overlay .gpu/overlay/0.22.0 --steps penalties-v1 --out $OUT
-
-Steps (``--list`` prints them): engine steps keep one ``LLM`` per variant alive in its own
-worker process (started one after the other) and send the same workload to each in turn,
-alternating the order every round, so A and B see the same machine state; ``upstream-tests``
-runs pytest per variant; ``serve-bench`` starts one ``vllm serve`` per variant and alternates
-``vllm bench serve`` runs, then sends the same greedy gsm8k prompts to both.
-Every step writes ``<out>/<step>.json`` (partial results are rewritten after every round, so a
-run cut short keeps what it measured) with the command, GPU, versions and series hash.
+``--list`` prints the steps. Every step writes ``<out>/<step>.json`` (rewritten after every
+round, so a run cut short keeps what it measured) with the command, GPU, versions and series
+hash.
 """
 
 from __future__ import annotations
@@ -74,10 +68,6 @@ def say(message: str) -> None:
     print(f"[gpu_verify {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# models (random weights, local tokenizers: the GPU machine has no hub)
-# ---------------------------------------------------------------------------------------------
-# import roots
 # ---------------------------------------------------------------------------------------------
 # statistics
 def ratio_ci(a: list[float], b: list[float]) -> dict[str, float]:
@@ -683,6 +673,14 @@ OTHER_STEPS = {
 }
 
 
+def list_steps() -> None:
+    """--list: one line per step."""
+    for name, spec in STEPS.items():
+        print(f"{name:16} seed {spec['seed']}: {', '.join(spec['configs'])}")
+    for name, text in OTHER_STEPS.items():
+        print(f"{name:16} {text}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd")
@@ -699,7 +697,7 @@ def main() -> int:
     parser.add_argument(
         "--roots-018", type=Path, help="0.18.1 roots for the 002 microbenchmark (micro step)"
     )
-    parser.add_argument("--steps", default="penalties-v1")
+    parser.add_argument("--steps", default="", help="NAME[,NAME...] (--list names them)")
     parser.add_argument("--repeats", type=int, help="override the engine steps' repeats")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/pb-out")))
@@ -708,15 +706,13 @@ def main() -> int:
         worker(args)
         return 0
     if args.list:
-        for name, spec in STEPS.items():
-            print(f"{name:16} seed {spec['seed']}: {', '.join(spec['configs'])}")
-        for name, text in OTHER_STEPS.items():
-            print(f"{name:16} {text}")
+        list_steps()
         return 0
-    steps = args.steps.split(",")
+    steps = [s for s in args.steps.split(",") if s]
     unknown = [s for s in steps if s not in STEPS and s not in OTHER_STEPS]
-    if unknown or not args.overlay:
-        parser.error(f"unknown steps {unknown}" if unknown else "--overlay is required")
+    if unknown or not steps or not args.overlay:
+        why = f"unknown steps {unknown}" if unknown else "--overlay is required"
+        parser.error(why if steps else "--steps: name one or more steps (--list names them)")
     import torch
 
     (args.out / "raw").mkdir(parents=True, exist_ok=True)
