@@ -344,6 +344,26 @@ def _gsm8k_prompts(path: Path, count: int) -> list[tuple[str, str]]:
     ]
 
 
+def _bench_round(out: Path, variant: str, port: int, repeat: int) -> dict:
+    """One `vllm bench serve` run of seed 000's workload against `variant`'s server: the
+    throughputs, latencies and counts the step keeps."""
+    name = f"bench-{variant}-{repeat}.json"
+    cmd = _cli("bench", "serve", "--model", str(MODEL), "--dataset-name", "random",
+               "--host", "127.0.0.1", "--port", str(port), "--random-input-len", "2",
+               "--random-output-len", "512", "--request-rate", "inf", "--num-prompts", "128",
+               "--num-warmups", "16", "--ignore-eos", "--seed", "0", "--save-result",
+               "--result-dir", str(out / "raw"), "--result-filename", name)  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(site_of(variant)))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        raise RuntimeError(f"bench serve failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    result = json.loads((out / "raw" / name).read_text())
+    kept = ("output_throughput", "request_throughput", "median_tpot_ms", "p99_tpot_ms",
+            "median_itl_ms", "p99_itl_ms", "median_ttft_ms", "p99_ttft_ms", "completed",
+            "total_output_tokens")  # fmt: skip
+    return {k: result.get(k) for k in kept}
+
+
 def run_serve_bench(
     out: Path,
     meta: dict,
@@ -381,59 +401,7 @@ def run_serve_bench(
             data["startup"][variant] = servers[variant].wait_healthy()
         for repeat in range(3 if bench else 0):
             for variant in variants if repeat % 2 == 0 else variants[::-1]:
-                name = f"bench-{variant}-{repeat}.json"
-                cmd = _cli(
-                    "bench",
-                    "serve",
-                    "--model",
-                    str(MODEL),
-                    "--dataset-name",
-                    "random",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(ports[variant]),
-                    "--random-input-len",
-                    "2",
-                    "--random-output-len",
-                    "512",
-                    "--request-rate",
-                    "inf",
-                    "--num-prompts",
-                    "128",
-                    "--num-warmups",
-                    "16",
-                    "--ignore-eos",
-                    "--seed",
-                    "0",
-                    "--save-result",
-                    "--result-dir",
-                    str(out / "raw"),
-                    "--result-filename",
-                    name,
-                )
-                env = dict(os.environ, PYTHONPATH=str(site_of(variant)))
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-                if proc.returncode:
-                    raise RuntimeError(
-                        f"bench serve failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-                    )
-                result = json.loads((out / "raw" / name).read_text())
-                keep = {
-                    k: result.get(k)
-                    for k in (
-                        "output_throughput",
-                        "request_throughput",
-                        "median_tpot_ms",
-                        "p99_tpot_ms",
-                        "median_itl_ms",
-                        "p99_itl_ms",
-                        "median_ttft_ms",
-                        "p99_ttft_ms",
-                        "completed",
-                        "total_output_tokens",
-                    )
-                }
+                keep = _bench_round(out, variant, ports[variant], repeat)
                 data["rounds"].append({"repeat": repeat, "variant": variant, **keep})
                 say(f"serve-bench: {variant} r{repeat}: {keep['output_throughput']:.0f} out tok/s")
         if bench:
@@ -555,71 +523,38 @@ def _lm_eval(ports: dict[str, int], out: Path, site: Path, data_dir: Path, limit
 
 # ---------------------------------------------------------------------------------------------
 # microbenchmarks (each its own script and process; one failing does not stop the others)
-def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> dict:
-    scripts = HERE.parent
+def micro_jobs(out: Path, overlay: Path, roots_018: Path | None) -> dict[str, list[str]]:
+    """{job: its command} of the micro step: 003 host build vs L, 000 sampler call, 003's
+    double-buffered CUDA staging under a busy stream (race check with a control), 0008 / 0010's
+    dense vs sparse vs one-pass penalty math (the compiled repetition op as in the engine) and,
+    with the 0.18.1 roots, 002's pooling prompt ids."""
+    py, scripts = sys.executable, HERE.parent
+    penalties = str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py")
+    utils = site_of("pristine") / "vllm" / "model_executor" / "layers" / "utils.py"
     jobs = {
-        "003": [
-            sys.executable,
-            str(scripts / "bench_penalty_host_cpu.py"),
-            "--pin",
-            "0.22.0",
-            "--device",
-            "cuda",
-            "--patched-files",
-            str(site_of("patched")),
-            "--out",
-            str(out / "micro-003.json"),
-        ],
-        "000": [
-            sys.executable,
-            str(scripts / "gpu_mrv2_sampler_bench.py"),
-            "--pristine-root",
-            str(site_of("pristine")),
-            "--patched-root",
-            str(site_of("patched")),
-            "--overlay",
-            str(overlay),
-            "--out",
-            str(out / "micro-000.json"),
-        ],
-    }
-    # 003's double-buffered CUDA staging under a busy stream (race check with a control)
-    jobs["003-staging"] = [
-        sys.executable,
-        str(scripts / "gpu_check_penalty_staging.py"),
-        "--penalties",
-        str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
-        "--out",
-        str(out / "gpu_check_003_staging.json"),
-    ]
-    # 0008 / 0010: dense vs sparse vs one-pass penalty math on the GPU (the compiled repetition
-    # op as in the engine)
-    jobs["003-apply"] = [
-        sys.executable,
-        str(scripts / "bench_penalties_apply.py"),
-        "--device",
-        "cuda",
-        "--pristine-utils",
-        str(site_of("pristine") / "vllm" / "model_executor" / "layers" / "utils.py"),
-        "--patched-penalties",
-        str(overlay / "patched" / "vllm" / "v1" / "sample" / "ops" / "penalties.py"),
-        "--lengths",
-        "256,1024,4096,8192,12288",
-        "--one-pass",  # 0010: the path the patched engine takes on CUDA
-        "--out",
-        str(out / "micro-003-apply.json"),
-    ]
+        "003": [py, str(scripts / "bench_penalty_host_cpu.py"), "--pin", "0.22.0",
+                "--device", "cuda", "--patched-files", str(site_of("patched")),
+                "--out", str(out / "micro-003.json")],
+        "000": [py, str(scripts / "gpu_mrv2_sampler_bench.py"),
+                "--pristine-root", str(site_of("pristine")),
+                "--patched-root", str(site_of("patched")), "--overlay", str(overlay),
+                "--out", str(out / "micro-000.json")],
+        "003-staging": [py, str(scripts / "gpu_check_penalty_staging.py"),
+                        "--penalties", penalties, "--out", str(out / "gpu_check_003_staging.json")],
+        "003-apply": [py, str(scripts / "bench_penalties_apply.py"), "--device", "cuda",
+                      "--pristine-utils", str(utils), "--patched-penalties", penalties,
+                      "--lengths", "256,1024,4096,8192,12288",
+                      "--one-pass",  # 0010: the path the patched engine takes on CUDA
+                      "--out", str(out / "micro-003-apply.json")],
+    }  # fmt: skip
     if roots_018:
-        jobs["002"] = [
-            sys.executable,
-            str(scripts / "gpu_pooling_prompt_ids_bench.py"),
-            "--device",
-            "cuda",
-            "--roots",
-            str(roots_018),
-            "--out",
-            str(out / "micro-002.json"),
-        ]
+        jobs["002"] = [py, str(scripts / "gpu_pooling_prompt_ids_bench.py"), "--device", "cuda",
+                       "--roots", str(roots_018), "--out", str(out / "micro-002.json")]  # fmt: skip
+    return jobs
+
+
+def run_micro(out: Path, meta: dict, overlay: Path, roots_018: Path | None) -> dict:
+    jobs = micro_jobs(out, overlay, roots_018)
     data: dict = {**meta, "step": "micro", "jobs": {}}
     for name, cmd in jobs.items():
         t0 = time.perf_counter()
