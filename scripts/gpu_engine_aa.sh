@@ -11,14 +11,18 @@
 # Runner and async scheduling are the pin's defaults (MRV2 for Qwen3 on 0.22.0; the record's
 # workers say which). Knobs: PB_DEADLINE=480 (s, engine start-up included), PB_SHAPE=64x1024
 # (BxL; a round = 3 cells of ~5 s on the H100), PB_PLANT_MS=0.1, PB_SAMPLING=plain
-# (temperature 1) or greedy, PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
+# (temperature 1), greedy or a penalty A/B sampling (verify/gpu/penalty_plan.SAMPLINGS),
+# PB_WARMUP=1 (rounds discarded), PB_ASYNC=default|0|1, PB_GPU_GIB=74.
 # Production shape: PB_MODEL_SHAPE=qwen3-8b (verify/gpu/shapes.py; vLLM's dummy weights),
 # PB_ENTROPY=1.0 (nats: the logit scale each engine calibrates first), PB_PLANT_GPU_US=100 (a GPU
 # spin per step: the planted effect of a GPU-bound step, instead of PB_PLANT_MS), PB_PLANT_BOTH=1
 # (the same delay on the host too), PB_PLANT_SPIN=1 (the host delay busy-waits, keeping the GIL),
 # PB_RESTART_EVERY=K (every engine started afresh after K counted rounds; the intervals are then
 # over these blocks, so an engine instance's own offset is inside them).
-# Needs the bundle installed (.gpu/a, then .gpu/b); no overlay (every variant is pristine; a
+# A patch beside the controls: PB_PATCHES='only-0001' (overlay roots of the carried .gpu/overlay,
+# packed with --only-patch / --at-patch; 'at-0005 at-0006' compares a patch with its base),
+# PB_INPUT_LEN (prompt tokens; seed 000's workload: 2), PB_RUNNER=V1 (VLLM_USE_V2_MODEL_RUNNER=0).
+# Needs the bundle installed (.gpu/a, then .gpu/b); an overlay only with PB_PATCHES (otherwise a
 # carried .gpu/overlay of the same series only adds per-patch hashes to the record).
 set -uo pipefail
 tag=${1:?usage: gpu_engine_aa.sh TAG}
@@ -43,10 +47,18 @@ fi
 [ -n "${PB_PLANT_GPU_US:-}" ] && plant=(--plant-gpu-us "$PB_PLANT_GPU_US") && knobs+=" PB_PLANT_GPU_US=$PB_PLANT_GPU_US"
 [ "${PB_PLANT_BOTH:-0}" = 1 ] && plant+=(--plant-both) && knobs+=" PB_PLANT_BOTH=1"  # host and GPU
 [ "${PB_PLANT_SPIN:-0}" = 1 ] && plant+=(--plant-spin) && knobs+=" PB_PLANT_SPIN=1"  # busy host wait
+patches=()  # overlay roots measured beside the controls
+for p in ${PB_PATCHES:-}; do patches+=(--patch "$p"); done
+[ -n "${PB_PATCHES:-}" ] && knobs+=" PB_PATCHES='$PB_PATCHES'"
+[ -n "${PB_INPUT_LEN:-}" ] && patches+=(--input-len "$PB_INPUT_LEN") && knobs+=" PB_INPUT_LEN=$PB_INPUT_LEN"
+if [ "${PB_RUNNER:-}" = V1 ]; then
+  export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0 && knobs+=" PB_RUNNER=V1"
+fi
 restart=()  # every engine afresh after K counted rounds: intervals over engine instances
 [ -n "${PB_RESTART_EVERY:-}" ] && restart=(--restart-every "$PB_RESTART_EVERY") && knobs+=" PB_RESTART_EVERY=$PB_RESTART_EVERY"
 PYTHONPATH=$site:$PWD "$py" -m verify.gpu.engine_aa --shape "$PB_SHAPE" --plant-ms "$PB_PLANT_MS" "${plant[@]}" \
   --sampling "$PB_SAMPLING" --async-scheduling "$PB_ASYNC" --gpu-gib "$PB_GPU_GIB" "${shape[@]}" \
+  "${patches[@]}" --base-site "$site" \
   --command "$knobs bash scripts/gpu_engine_aa.sh $tag" --build-model \
   --out-args "$work/args" --meta "$work/meta.json" || exit 5
 mapfile -t plan < "$work/args"

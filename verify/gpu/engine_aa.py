@@ -6,6 +6,10 @@ one config, and the run's meta (vLLM version read from the bundle, the checkout'
     planted               pristine + a host sleep per Scheduler.schedule call, or a GPU spin
                           per step (--plant-gpu-us: the plant for GPU-bound 8B-class shapes)
                           (verify/ab/plant)
+    only-NNNN, at-NNNN    (--patch) the bundle with that overlay root of the carried series
+                          (verify.gpu_overlay --only-patch / --at-patch), compared with
+                          pristine (only-) or with the at- root before it, in the same rounds
+                          as the controls
 
 KV cache and limits come from verify.gpu.penalty_plan.engine_args (the largest shape held
 without preemption; a plan whose engines do not fit the GPU together is refused).
@@ -19,17 +23,23 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import re
 import sys
 from pathlib import Path
 
+from verify.gpu import penalty_plan
 from verify.gpu.penalty_plan import GPU_BUDGET, config_name, engine_args, parse_shapes
 from verify.series import series_hash
 
 VARIANTS = ("pristine", "pristine2", "planted")
-SAMPLINGS = {"plain": {"temperature": 1.0}, "greedy": {"temperature": 0.0}}
+#: greedy, and the penalty A/B's samplings (plain is temperature 1; presence-k20p95 is the
+#: sampling Qwen3.5's card recommends)
+SAMPLINGS = {"greedy": {"temperature": 0.0}, **penalty_plan.SAMPLINGS}
 ASYNC = {"default": None, "1": True, "0": False}
 #: Where `python -m verify.gpu_overlay` packs the series (carried to the device as .gpu/overlay).
 OVERLAY = Path(".gpu/overlay")
+#: Where the patched import roots are made on the device (verify.gpu.device.build_sites).
+SITES = Path("/tmp/pb-sites")
 
 
 def plan(
@@ -43,12 +53,17 @@ def plan(
     plant_gpu_us: float | None = None,
     plant_both: bool = False,
     plant_spin: bool = False,
+    patches: tuple[str, ...] = (),
+    input_len: int | None = None,
+    sites: Path = SITES,
 ) -> list[str]:
     """The engine front-end's arguments (one per item): the three variants, one config, the
     A/A and planted comparisons, engine arguments (`async_scheduling` None: the pin's default).
     `plant_gpu_us`: the planted variant spins the GPU this long per step instead of sleeping
     `plant_ms` on the host; `plant_spin`: the host wait is a busy wait that keeps the GIL (not
-    a sleep); `model_shape`: dummy weights of a verify.gpu.shapes shape."""
+    a sleep); `model_shape`: dummy weights of a verify.gpu.shapes shape; `patches`: overlay
+    roots measured beside the controls (their import roots under `sites`); `input_len`:
+    prompt tokens (the front-end's default when None)."""
     if sampling not in SAMPLINGS:
         raise SystemExit(f"sampling {sampling!r}: expected one of {list(SAMPLINGS)}")
     delay = plant_ms if plant_gpu_us is None else plant_gpu_us
@@ -56,6 +71,8 @@ def plan(
         raise SystemExit(f"planted delay {delay}: expected a delay above 0")
     name = config_name(sampling, batch, output_len)
     config = {"batch": batch, "output_len": output_len, **SAMPLINGS[sampling]}
+    if input_len is not None:
+        config["input_len"] = input_len
     args = ["--variant=pristine=", "--variant=pristine2="]
     if plant_gpu_us is None:
         args += [f"--variant=planted=plant,PATCHBENCH_PLANT_DELAY_MS={plant_ms:g}"]
@@ -68,11 +85,30 @@ def plan(
     if plant_spin:
         args[-1] += ",PATCHBENCH_PLANT_SPIN=1"
     args += [f"--config={name}={json.dumps(config)}"]
-    args += [f"--compare=pristine/{name}:{twin}/{name}" for twin in ("pristine2", "planted")]
-    engine = engine_args(len(VARIANTS), [(batch, output_len)], gpu_budget, model_shape)
+    args += [f"--variant={patch}={sites / patch}" for patch in patches]
+    pairs = [("pristine", twin) for twin in ("pristine2", "planted")] + patch_pairs(patches)
+    args += [f"--compare={base}/{name}:{variant}/{name}" for base, variant in pairs]
+    engines = len(VARIANTS) + len(patches)
+    engine = engine_args(engines, [(batch, output_len)], gpu_budget, model_shape)
     if async_scheduling is not None:
         engine["async_scheduling"] = async_scheduling
     return args + [f"--engine-args={json.dumps(engine)}"]
+
+
+def patch_pairs(patches: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(baseline, variant) per overlay root: only-NNNN against pristine, at-NNNN against the
+    at- root listed before it (the patch on top of its base)."""
+    bad = [p for p in patches if not re.fullmatch(r"(only|at)-\d{4}", p)]
+    if bad:
+        raise SystemExit(f"--patch {bad}: expected only-NNNN or at-NNNN (overlay roots)")
+    pairs, base = [], None
+    for patch in patches:
+        if patch.startswith("only-"):
+            pairs.append(("pristine", patch))
+        elif base is not None:
+            pairs.append((base, patch))
+        base = patch if patch.startswith("at-") else base
+    return pairs
 
 
 def meta(
@@ -125,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         "--plant-spin", action="store_true", help="the host wait busy-waits (keeps the GIL)"
     )
     parser.add_argument("--model-shape", help="dummy weights of a verify.gpu.shapes shape")
+    parser.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        help="an overlay root measured beside the controls (only-NNNN, at-NNNN; repeatable)",
+    )
+    parser.add_argument("--input-len", type=int, help="prompt tokens (default: the front-end's)")
+    parser.add_argument("--base-site", type=Path, help="the bundle's site the roots copy")
     parser.add_argument("--build-model", action="store_true", help="build /tmp/pb-model first")
     parser.add_argument("--out-args", type=Path, required=True, help="one argument per line")
     parser.add_argument("--meta", type=Path, required=True, help="the record's meta (JSON)")
@@ -143,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         args.plant_gpu_us,
         args.plant_both,
         args.plant_spin,
+        tuple(args.patch),
+        args.input_len,
     )
     if args.build_model and args.model_shape:
         from verify.gpu import shapes
@@ -152,8 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         from verify.gpu import device
 
         device.build_model()
+    if args.patch:
+        from verify.gpu import device
+
+        version = importlib.metadata.version("vllm").split("+")[0]
+        device.build_sites(args.overlay / version, set(args.patch), args.base_site, SITES)
     args.out_args.write_text("\n".join(items) + "\n")
     record = meta(args.command, args.plant_ms, args.overlay, args.model_shape, args.plant_gpu_us)
+    record["patches_measured"] = args.patch
     args.meta.write_text(json.dumps(record) + "\n")
     return 0
 

@@ -16,6 +16,7 @@ from verify import paths, registry, results
 from verify.errors import PatchbenchError
 from verify.importer import (
     gpu,
+    gpu_engine_patch,
     gpu_mrv2_penalties,
     gpu_penalty_check,
     gpu_serve_ab,
@@ -32,6 +33,7 @@ READERS: dict[str, Reader] = {
     "serve-ab": gpu_serve_ab.read,
     "penalty-state-memory": penalty_memory.read,
     "mrv2-penalties": gpu_mrv2_penalties.read,
+    "engine-patch-ab": gpu_engine_patch.read,
 }
 
 
