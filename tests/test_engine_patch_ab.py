@@ -148,3 +148,25 @@ def test_engines_that_do_not_fit_together_are_refused():
             128, 512, 0.1, gpu_budget=130 * 2**30, model_shape="qwen3-8b",
             patches=("at-0005", "at-0006"),
         )  # fmt: skip
+
+
+def test_the_plan_command_builds_each_patch_root_over_the_bundle(tmp_path, monkeypatch):
+    """--patch makes the patch's import root (the bundle with its overlay files) before the
+    engines start; the bundle is checked against the overlay's pristine files first."""
+    monkeypatch.setattr(engine_aa.importlib.metadata, "version", lambda name: "0.22.0")
+    monkeypatch.setattr(engine_aa, "SITES", tmp_path / "sites")
+    overlay, bundle = tmp_path / "overlay", tmp_path / "bundle"
+    target = Path("vllm") / "v1" / "worker" / "gpu" / "sample" / "sampler.py"
+    for root, text in ((overlay / "0.22.0" / "pristine", "old"), (bundle, "old"),
+                       (overlay / "0.22.0" / "only-0001", "new")):  # fmt: skip
+        (root / target).parent.mkdir(parents=True)
+        (root / target).write_text(text)
+    args = ["--shape", "8x16", "--patch", "only-0001", "--input-len", "2", "--overlay",
+            str(overlay), "--base-site", str(bundle), "--out-args", str(tmp_path / "args"),
+            "--meta", str(tmp_path / "meta.json")]  # fmt: skip
+    assert engine_aa.main(args) == 0
+    assert (tmp_path / "sites" / "only-0001" / target).read_text() == "new"
+    assert json.loads((tmp_path / "meta.json").read_text())["patches_measured"] == ["only-0001"]
+    (bundle / target).write_text("another release")
+    with pytest.raises(SystemExit, match="bundle files differ"):
+        engine_aa.main(args)
