@@ -27,7 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-from verify.gpu import penalty_plan
+from verify.gpu import device, penalty_plan
+from verify.gpu.device import SITES
 from verify.gpu.penalty_plan import GPU_BUDGET, config_name, engine_args, parse_shapes
 from verify.series import series_hash
 
@@ -38,8 +39,6 @@ SAMPLINGS = {"greedy": {"temperature": 0.0}, **penalty_plan.SAMPLINGS}
 ASYNC = {"default": None, "1": True, "0": False}
 #: Where `python -m verify.gpu_overlay` packs the series (carried to the device as .gpu/overlay).
 OVERLAY = Path(".gpu/overlay")
-#: Where the patched import roots are made on the device (verify.gpu.device.build_sites).
-SITES = Path("/tmp/pb-sites")
 
 
 def plan(
@@ -111,6 +110,11 @@ def patch_pairs(patches: tuple[str, ...]) -> list[tuple[str, str]]:
     return pairs
 
 
+def bundle_version() -> str:
+    """The release of the vLLM on PYTHONPATH (the bundle), without a local version."""
+    return importlib.metadata.version("vllm").split("+")[0]
+
+
 def meta(
     command: str,
     plant_ms: float,
@@ -122,7 +126,7 @@ def meta(
     bundle on PYTHONPATH, the checkout's series hash (none of its patches runs here) and, where
     the carried overlay packs that series, its per-patch diff hashes (read_series needs git,
     which the device lacks)."""
-    version = importlib.metadata.version("vllm").split("+")[0]
+    version = bundle_version()
     out = {
         "vllm_version": version,
         "series_hash": series_hash(version),
@@ -195,14 +199,9 @@ def main(argv: list[str] | None = None) -> int:
 
         shapes.write(args.model_shape, shapes.model_dir(args.model_shape))
     elif args.build_model:
-        from verify.gpu import device
-
         device.build_model()
     if args.patch:
-        from verify.gpu import device
-
-        version = importlib.metadata.version("vllm").split("+")[0]
-        device.build_sites(args.overlay / version, set(args.patch), args.base_site, SITES)
+        device.build_sites(args.overlay / bundle_version(), set(args.patch), args.base_site, SITES)
     args.out_args.write_text("\n".join(items) + "\n")
     record = meta(args.command, args.plant_ms, args.overlay, args.model_shape, args.plant_gpu_us)
     record["patches_measured"] = args.patch

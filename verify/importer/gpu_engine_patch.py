@@ -15,20 +15,11 @@ from pathlib import Path
 
 from verify import registry, results
 from verify.ab import rounds as ab_rounds
-from verify.importer import engine_runs, gpu_engine_resolution
+from verify.importer import engine_runs, gpu_engine_resolution, gpu_serve_ab
 from verify.importer.gpu import _patch_numbers, _record
-from verify.verdicts import FAIL, INCONCLUSIVE, Verdict, performance
+from verify.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict, performance
 
 METRIC = gpu_engine_resolution.METRIC
-
-
-def patch_pair(run: dict, number: str) -> tuple[str, str] | None:
-    """(baseline cell, variant cell) of the run's comparison for patch `number`: `only-NNNN`
-    against pristine, or `at-NNNN` against the series one patch earlier."""
-    for cmp in run["comparisons"]:
-        if cmp["variant"].split("/", 1)[0] in (f"only-{number}", f"at-{number}"):
-            return cmp["baseline"], cmp["variant"]
-    return None
 
 
 def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Path]) -> dict | None:
@@ -36,7 +27,7 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
     record the registry step names, for the step's patch; None when it did not measure it."""
     where, run = results.newest_run(runs)
     number = _patch_numbers(version, step.records[0]).get(entry.slug)
-    pair = patch_pair(run, number) if number else None
+    pair = gpu_serve_ab.patch_comparison(run, number) if number else None
     if pair is None:
         return None
     return judged_record(version, step, entry.slug, run, pair)
@@ -58,7 +49,7 @@ def judged_record(
     )
     if calibration.outcome == FAIL:
         verdict = Verdict(INCONCLUSIVE, f"the run's controls failed: {calibration.reason}")
-    elif calibration.outcome != "pass":
+    elif calibration.outcome != PASS:
         verdict = Verdict(perf.outcome, f"{perf.reason}; controls: {calibration.reason}")
     else:
         verdict = Verdict(perf.outcome, f"{perf.reason}; this run {calibration.reason}")
@@ -78,8 +69,8 @@ def judged_record(
     mde = "-" if ratio.mde is None else f"{ratio.mde:.2%}"
     rows.append(f"| {name} | {ratio.text()} | - | - | {mde} |")
     title = (
-        f"{engine_runs.model_of(run)} on vLLM's dummy weights, runner "
-        f"{engine_runs.runner_of(run)}, B={config['batch']} x {config.get('input_len', 32)} "
+        f"{numbers['model']} on vLLM's dummy weights, runner "
+        f"{numbers['runner']}, B={config['batch']} x {config.get('input_len', 32)} "
         f"prompt tokens x {config['output_len']} output tokens, {_sampling(config)}, "
         f"{engine_runs.gpu_model((run.get('machine') or {}).get('gpu') or 'GPU')}"
     )

@@ -51,11 +51,12 @@ WORKLOADS = {
 }
 
 
-def _patch_comparison(src: dict, number: str) -> tuple[str, str] | None:
+def patch_comparison(src: dict, number: str) -> tuple[str, str] | None:
     """(baseline, variant) of the run's comparison for patch `number`: `only-NNNN` against
-    pristine, or `at-NNNN` against the series one patch earlier."""
+    pristine, or `at-NNNN` against the series one patch earlier (a variant, or an engine run's
+    cell `variant/config`)."""
     for cmp in src["comparisons"]:
-        if cmp["variant"] in (f"only-{number}", f"at-{number}"):
+        if cmp["variant"].split("/", 1)[0] in (f"only-{number}", f"at-{number}"):
             return cmp["baseline"], cmp["variant"]
     return None
 
@@ -106,7 +107,7 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
     record the registry step names, for the step's patch; None when the run did not measure it."""
     where, src = results.newest_run(runs)
     number = _patch_numbers(version, step.records[0]).get(entry.slug)
-    pair = _patch_comparison(src, number) if number else None
+    pair = patch_comparison(src, number) if number else None
     if pair is None:
         return None  # this run did not measure the patch
     return judged_record(version, src, where, step.records[0], entry.slug, pair)
