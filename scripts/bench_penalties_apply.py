@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -112,7 +113,8 @@ def _time(fn, device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pin", default="0.22.0")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -127,8 +129,12 @@ def main() -> int:
         "--one-pass", action="store_true", help="add 0010's one-pass Triton path (CUDA)"
     )
     ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def resolve_sources(args: argparse.Namespace) -> str | None:
+    """Fill in the source files `args` leaves out (from the build tree's roots); the series
+    hash when the roots were used, else None."""
     series_hash = None
     if not (args.pristine_utils and args.patched_penalties):
         from verify.equivalence.roots import materialize
@@ -141,72 +147,93 @@ def main() -> int:
         series_hash = _hash(args.pin)
     if args.device == "cpu" and args.pristine_custom_ops is None:
         args.pristine_custom_ops = args.pristine_utils.parents[2] / "_custom_ops.py"
-    device = torch.device(args.device)
+    return series_hash
+
+
+def load_variants(args: argparse.Namespace) -> dict[str, Callable]:
+    """{variant name: penalty function}: dense, sparse and, with --one-pass, one_pass."""
     dense, sparse = load(
         args.pristine_utils, args.pristine_custom_ops, args.patched_penalties, args.device
     )
-
     variants = {"dense": dense, "sparse": sparse}
     if args.one_pass:
         if args.device != "cuda":
             raise SystemExit("--one-pass needs --device cuda (the patch takes it on CUDA only)")
         variants["one_pass"] = load_one_pass(args.patched_penalties)
+    return variants
 
-    rows = []
-    for length in (int(x) for x in args.lengths.split(",")):
-        base = inputs(args.batch, args.prompt_len, length, device, seed=length)
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        one_pass_equal = True
-        for step in range(args.steps + 1):
-            names = list(variants)
-            names = names[step % len(names) :] + names[: step % len(names)]  # rotate the order
-            out = {}
-            for name in names:
-                logits = base[0].clone()
-                fn = variants[name]
-                t = _time(lambda fn=fn, logits=logits, rest=base[1:]: fn(logits, *rest), device)
-                out[name] = logits
-                if step:  # step 0 warms up
-                    times[name].append(t)
-            if not torch.equal(out["dense"], out["sparse"]):
-                raise SystemExit(f"L={length}: sparse result differs from dense")
-            if "one_pass" in out:
-                one_pass_equal &= torch.equal(
-                    out["one_pass"].view(torch.int32), out["dense"].view(torch.int32)
-                )
-        t_dense, t_sparse = times["dense"], times["sparse"]
-        row = {
-            "L": length,
-            "steps": len(t_dense),
-            "dense_ms": 1e3 * statistics.median(t_dense),
-            "sparse_ms": 1e3 * statistics.median(t_sparse),
-            "ratio_median_of_steps": statistics.median(
-                d / s for d, s in zip(t_dense, t_sparse, strict=True)
-            ),
-            "equal": True,
-            # per-step times (ms): verify.sparse_penalties judges the paired ratios offline
-            **{f"{name}_ms_steps": [1e3 * t for t in ts] for name, ts in times.items()},
-        }
-        if "one_pass" in times:
-            row["one_pass_ms"] = 1e3 * statistics.median(times["one_pass"])
-            row["dense_over_one_pass_median_of_steps"] = statistics.median(
-                d / f for d, f in zip(t_dense, times["one_pass"], strict=True)
+
+def measure(
+    variants: dict[str, Callable], args: argparse.Namespace, length: int, device: torch.device
+) -> tuple[dict[str, list[float]], bool]:
+    """({variant: seconds per timed step}, one_pass bit-identical to dense at every step) at
+    output length `length`; exits when sparse differs from dense."""
+    base = inputs(args.batch, args.prompt_len, length, device, seed=length)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    one_pass_equal = True
+    for step in range(args.steps + 1):
+        names = list(variants)
+        names = names[step % len(names) :] + names[: step % len(names)]  # rotate the order
+        out = {}
+        for name in names:
+            logits = base[0].clone()
+            fn = variants[name]
+            t = _time(lambda fn=fn, logits=logits, rest=base[1:]: fn(logits, *rest), device)
+            out[name] = logits
+            if step:  # step 0 warms up
+                times[name].append(t)
+        if not torch.equal(out["dense"], out["sparse"]):
+            raise SystemExit(f"L={length}: sparse result differs from dense")
+        if "one_pass" in out:
+            one_pass_equal &= torch.equal(
+                out["one_pass"].view(torch.int32), out["dense"].view(torch.int32)
             )
-            row["one_pass_bit_identical"] = one_pass_equal
-        rows.append(row)
-        print(
-            f"L={length:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
-            f"dense/sparse {sparse_penalties.speedup(row, 'sparse').text(2)}"
-            + (
-                f"  one-pass {row['one_pass_ms']:8.3f} ms"
-                f" {row['dense_over_one_pass_median_of_steps']:5.1f}x"
-                f" bit-identical {one_pass_equal}"
-                if "one_pass_ms" in row
-                else ""
-            ),
-            flush=True,
+    return times, one_pass_equal
+
+
+def summary_row(length: int, times: dict[str, list[float]], one_pass_equal: bool) -> dict:
+    """The results row of one L: medians, median per-step ratios and the per-step times."""
+    t_dense, t_sparse = times["dense"], times["sparse"]
+    row = {
+        "L": length,
+        "steps": len(t_dense),
+        "dense_ms": 1e3 * statistics.median(t_dense),
+        "sparse_ms": 1e3 * statistics.median(t_sparse),
+        "ratio_median_of_steps": statistics.median(
+            d / s for d, s in zip(t_dense, t_sparse, strict=True)
+        ),
+        "equal": True,
+        # per-step times (ms): verify.sparse_penalties judges the paired ratios offline
+        **{f"{name}_ms_steps": [1e3 * t for t in ts] for name, ts in times.items()},
+    }
+    if "one_pass" in times:
+        row["one_pass_ms"] = 1e3 * statistics.median(times["one_pass"])
+        row["dense_over_one_pass_median_of_steps"] = statistics.median(
+            d / f for d, f in zip(t_dense, times["one_pass"], strict=True)
         )
-    result = {
+        row["one_pass_bit_identical"] = one_pass_equal
+    return row
+
+
+def print_row(row: dict) -> None:
+    """The progress line of one results row."""
+    print(
+        f"L={row['L']:6d}: dense {row['dense_ms']:9.3f} ms  sparse {row['sparse_ms']:8.3f} ms  "
+        f"dense/sparse {sparse_penalties.speedup(row, 'sparse').text(2)}"
+        + (
+            f"  one-pass {row['one_pass_ms']:8.3f} ms"
+            f" {row['dense_over_one_pass_median_of_steps']:5.1f}x"
+            f" bit-identical {row['one_pass_bit_identical']}"
+            if "one_pass_ms" in row
+            else ""
+        ),
+        flush=True,
+    )
+
+
+def result_record(args: argparse.Namespace, series_hash: str | None, rows: list[dict]) -> dict:
+    """The JSON record of the run."""
+    return {
         "benchmark": "bench_penalties_apply",
         "patch": f"{args.pin} apply penalties at token ids (0.22.0: 0008)"
         + (" and in one Triton pass (0.22.0: 0010)" if args.one_pass else ""),
@@ -226,6 +253,20 @@ def main() -> int:
         },
         "results": rows,
     }
+
+
+def main() -> int:
+    """Time the variants at each L, print a line per L and write the JSON record (--out)."""
+    args = parse_args()
+    series_hash = resolve_sources(args)
+    device = torch.device(args.device)
+    variants = load_variants(args)
+    rows = []
+    for length in (int(x) for x in args.lengths.split(",")):
+        times, one_pass_equal = measure(variants, args, length, device)
+        rows.append(summary_row(length, times, one_pass_equal))
+        print_row(rows[-1])
+    result = result_record(args, series_hash, rows)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

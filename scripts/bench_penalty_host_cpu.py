@@ -39,7 +39,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -49,6 +50,9 @@ import torch  # noqa: E402
 
 from verify.equivalence.registrations import custom_ops_once, opaque_types_once  # noqa: E402
 from verify.results import cpu_model  # noqa: E402
+
+if TYPE_CHECKING:
+    from verify.equivalence.roots import ImportRoot
 
 VOCAB = 151_936
 PROMPT_LEN = 512
@@ -113,6 +117,10 @@ class FileOverlayRoot(InstalledRoot):
             spec.loader.exec_module(module)
             self._mods[dotted] = module
         return self._mods[dotted]
+
+
+if TYPE_CHECKING:
+    Root = InstalledRoot | ImportRoot  # either kind of import root
 
 
 class PenaltyBatch:
@@ -237,7 +245,19 @@ def _series_hash(pin: str) -> str:
     return series_hash(pin)
 
 
-def main() -> int:
+class Modules(NamedTuple):
+    """The pristine (pr_) and patched (pa_) vLLM modules the benchmark calls."""
+
+    pr_pen: ModuleType
+    pa_pen: ModuleType
+    pr_tbs: ModuleType
+    pa_tbs: ModuleType
+    pr_if: ModuleType
+    pa_if: ModuleType
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pin", default="0.22.0")
     ap.add_argument("--batch", type=int, default=128)
@@ -252,12 +272,11 @@ def main() -> int:
         type=Path,
         help="GPU machine: pristine = the installed vLLM, patched files from this site",
     )
-    args = ap.parse_args()
-    global DEVICE
-    DEVICE = torch.device(args.device)
-    lengths = [int(x) for x in args.lengths.split(",")]
-    out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
+    return ap.parse_args()
 
+
+def open_roots(args: argparse.Namespace) -> tuple[Root, Root, bool]:
+    """(pristine, patched, whether the PATCHBENCH_*_ROOT overrides are set), ready to load."""
     # Single intra-op thread: on the shared machine, waking torch's OpenMP pool between
     # steps costs ~20 ms per tiny op and would swamp the pristine timings.
     if DEVICE.type == "cpu":
@@ -267,14 +286,18 @@ def main() -> int:
         os.environ.get("PATCHBENCH_PRISTINE_ROOT") and os.environ.get("PATCHBENCH_PATCHED_ROOT")
     )
     if args.patched_files:
-        pristine, patched = InstalledRoot(), FileOverlayRoot(args.patched_files)
-    else:
-        from verify.equivalence.roots import roots
+        return InstalledRoot(), FileOverlayRoot(args.patched_files), overrides
+    from verify.equivalence.roots import roots
 
-        pristine, patched = roots(args.pin)
-        for root in (pristine, patched):
-            with root.active():
-                custom_ops_once(importlib.import_module("vllm.utils.torch_utils"), torch.ops)
+    pristine, patched = roots(args.pin)
+    for root in (pristine, patched):
+        with root.active():
+            custom_ops_once(importlib.import_module("vllm.utils.torch_utils"), torch.ops)
+    return pristine, patched, overrides
+
+
+def load_modules(pristine: Root, patched: Root) -> Modules:
+    """Both roots' penalties, thinking-budget and logits-processor interface modules."""
     pr_pen = pristine.load("vllm.v1.sample.ops.penalties")
     pa_pen = patched.load("vllm.v1.sample.ops.penalties")
     for mod in (pr_pen, pa_pen):  # no accelerator: do not pin the upstream tensor
@@ -288,46 +311,56 @@ def main() -> int:
     pa_tbs = patched.load("vllm.v1.sample.thinking_budget_state")
     pr_if = pristine.load("vllm.v1.sample.logits_processor.interface")
     pa_if = patched.load("vllm.v1.sample.logits_processor.interface")
+    return Modules(pr_pen, pa_pen, pr_tbs, pa_tbs, pr_if, pa_if)
 
-    rng = np.random.default_rng(0)
-    rows = []
-    for length in lengths:
-        # At least 9 steps: the double-buffered CUDA staging reallocates (width doubles) on the
-        # first two timed steps after the warm-up, so with fewer steps the median is a refill.
-        steps = args.steps or max(9, min(21, 60_000 // length))
-        p_pr, p_pa, pd_pr, pd_pa = bench_penalties(
-            pr_pen, pa_pen, pristine, patched, args.batch, length, steps, rng
-        )
-        think_steps = args.steps or max(3, min(11, 20_000 // length))
-        k_pr, k_pa = bench_think(
-            pr_tbs, pa_tbs, pr_if, pa_if, pristine, patched, args.batch, length, think_steps, rng
-        )
-        row = {
-            "L": length,
-            "penalties_steps": len(p_pr),
-            "penalties_pristine_ms": 1e3 * statistics.median(p_pr),
-            "penalties_patched_ms": 1e3 * statistics.median(p_pa),
-            "penalties_pristine_mean_ms": 1e3 * statistics.fmean(p_pr),
-            "penalties_patched_mean_ms": 1e3 * statistics.fmean(p_pa),
-            "think_steps": len(k_pr),
-            "think_pristine_ms": 1e3 * statistics.median(k_pr),
-            "think_patched_ms": 1e3 * statistics.median(k_pa),
-        }
-        if pd_pr:
-            row["penalties_pristine_done_ms"] = 1e3 * statistics.median(pd_pr)
-            row["penalties_patched_done_ms"] = 1e3 * statistics.median(pd_pa)
-        row["penalties_ratio"] = row["penalties_pristine_ms"] / row["penalties_patched_ms"]
-        row["think_ratio"] = row["think_pristine_ms"] / row["think_patched_ms"]
-        rows.append(row)
-        print(
-            f"L={length}: penalties {row['penalties_pristine_ms']:.3f} -> "
-            f"{row['penalties_patched_ms']:.3f} ms, think {row['think_pristine_ms']:.3f} -> "
-            f"{row['think_patched_ms']:.3f} ms",
-            flush=True,
-        )
 
+def measure_length(
+    mods: Modules,
+    pristine: Root,
+    patched: Root,
+    args: argparse.Namespace,
+    length: int,
+    rng: np.random.Generator,
+) -> dict:
+    """One results row: both benchmarks at generated length `length`, then its progress line."""
+    # At least 9 steps: the double-buffered CUDA staging reallocates (width doubles) on the
+    # first two timed steps after the warm-up, so with fewer steps the median is a refill.
+    steps = args.steps or max(9, min(21, 60_000 // length))
+    p_pr, p_pa, pd_pr, pd_pa = bench_penalties(
+        mods.pr_pen, mods.pa_pen, pristine, patched, args.batch, length, steps, rng
+    )
+    think_steps = args.steps or max(3, min(11, 20_000 // length))
+    think = (mods.pr_tbs, mods.pa_tbs, mods.pr_if, mods.pa_if)
+    k_pr, k_pa = bench_think(*think, pristine, patched, args.batch, length, think_steps, rng)
+    row = {
+        "L": length,
+        "penalties_steps": len(p_pr),
+        "penalties_pristine_ms": 1e3 * statistics.median(p_pr),
+        "penalties_patched_ms": 1e3 * statistics.median(p_pa),
+        "penalties_pristine_mean_ms": 1e3 * statistics.fmean(p_pr),
+        "penalties_patched_mean_ms": 1e3 * statistics.fmean(p_pa),
+        "think_steps": len(k_pr),
+        "think_pristine_ms": 1e3 * statistics.median(k_pr),
+        "think_patched_ms": 1e3 * statistics.median(k_pa),
+    }
+    if pd_pr:
+        row["penalties_pristine_done_ms"] = 1e3 * statistics.median(pd_pr)
+        row["penalties_patched_done_ms"] = 1e3 * statistics.median(pd_pa)
+    row["penalties_ratio"] = row["penalties_pristine_ms"] / row["penalties_patched_ms"]
+    row["think_ratio"] = row["think_pristine_ms"] / row["think_patched_ms"]
+    print(
+        f"L={length}: penalties {row['penalties_pristine_ms']:.3f} -> "
+        f"{row['penalties_patched_ms']:.3f} ms, think {row['think_pristine_ms']:.3f} -> "
+        f"{row['think_patched_ms']:.3f} ms",
+        flush=True,
+    )
+    return row
+
+
+def print_table(rows: list[dict], batch: int) -> None:
+    """The summary table of medians and ratios (and, on CUDA, the times until copy done)."""
     print()
-    print(f"B={args.batch}, median ms per step (pristine vs patched, interleaved)")
+    print(f"B={batch}, median ms per step (pristine vs patched, interleaved)")
     hdr = f"{'L':>6} | {'pen pristine':>12} {'pen patched':>11} {'ratio':>7} | "
     hdr += f"{'think pristine':>14} {'think patched':>13} {'ratio':>8}"
     print(hdr)
@@ -346,7 +379,17 @@ def main() -> int:
                 f"{r['penalties_patched_done_ms']:>9.3f}"
             )
 
-    result = {
+
+def result_record(
+    args: argparse.Namespace,
+    lengths: list[int],
+    pristine: Root,
+    patched: Root,
+    overrides: bool,
+    rows: list[dict],
+) -> dict:
+    """The JSON record of the run."""
+    return {
         "benchmark": "bench_penalty_host_cpu" if DEVICE.type == "cpu" else "bench_penalty_host_gpu",
         "device": str(DEVICE),
         "gpu": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else None,
@@ -389,6 +432,21 @@ def main() -> int:
         },
         "results": rows,
     }
+
+
+def main() -> int:
+    """Run both benchmarks at each L, print the table and write the JSON record."""
+    args = parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    out_path = Path(args.out or REPO / "results" / "cpu" / args.pin / "bench_003.json")
+    pristine, patched, overrides = open_roots(args)
+    mods = load_modules(pristine, patched)
+    rng = np.random.default_rng(0)
+    rows = [measure_length(mods, pristine, patched, args, length, rng) for length in lengths]
+    print_table(rows, args.batch)
+    result = result_record(args, lengths, pristine, patched, overrides, rows)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {out_path}")
