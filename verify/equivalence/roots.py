@@ -68,6 +68,16 @@ class ImportRoot:
         with self.active():
             return importlib.import_module(dotted)
 
+    def foreign_modules(self) -> list[str]:
+        """Loaded ``vllm`` modules of this root whose file lies outside it (should be none)."""
+        root = str(self.path.resolve())
+        bad = []
+        for name, module in self._modules.items():
+            file = getattr(module, "__file__", None)
+            if file and not str(Path(file).resolve()).startswith(root + os.sep):
+                bad.append(f"{name}: {file}")
+        return bad
+
 
 def _materialize_rev(tree: BuildTree, rev: str) -> Path:
     from verify.buildtree import build_root
