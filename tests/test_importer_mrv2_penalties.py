@@ -71,10 +71,14 @@ def test_each_build_s_penalty_cost_is_tabled():
     assert any(r.startswith("| patched | plain -> pen |") for r in rows)
 
 
-def _shaped(batch: int, date: str, form: str = "a", control: bool = True) -> dict:
-    """A run at B=`batch` L=512 of patch form `form`, with or without pristine's second engine."""
+def _shaped(batch: int, date: str, form: str = "a", control: bool = True, seeded=True) -> dict:
+    """A run at B=`batch` L=512 of patch form `form`, with or without pristine's second engine,
+    seeded per request (the harness's default) or with `seed: None` (PB_SEEDED=0)."""
     run = _run()
     run["configs"] = {c: {"batch": batch, "output_len": 512} for c in CONFIGS}
+    if not seeded:
+        for config in run["configs"].values():
+            config["seed"] = None
     run.update(date=date, patch_hashes={"x": form})
     if not control:
         run["cells"] = [c for c in run["cells"] if not c.startswith("pristine2/")]
@@ -88,6 +92,13 @@ def test_the_grid_keeps_the_newest_run_per_shape_of_the_newest_form():
     b128, b128_new, b64 = _shaped(128, "2"), _shaped(128, "3"), _shaped(64, "4")
     assert reader.grid([old, b128, b128_new, b64]) == [b128_new, b64]
     assert reader.grid([b128, _shaped(64, "5", form="new")]) == [_shaped(64, "5", form="new")]
+
+
+def test_a_seeded_and_an_unseeded_run_of_one_shape_both_stay_in_the_grid():
+    unseeded, seeded = _shaped(128, "1", seeded=False), _shaped(128, "2")
+    assert reader.grid([unseeded, seeded]) == [unseeded, seeded]
+    keys = reader.key_rows(seeded, _done(seeded)) + reader.key_rows(unseeded, _done(unseeded))
+    assert [row.split(" | ")[2].rsplit(", ", 1)[1] for row in keys] == ["seeded", "unseeded"]
 
 
 def test_a_run_without_the_second_pristine_engine_is_judged_without_an_aa():
@@ -106,7 +117,7 @@ def test_the_key_table_has_both_builds_costs_and_their_speed_ratio():
     run = _shaped(64, "1")
     rows = reader.key_rows(run, _done(run))
     assert rows and rows[0].startswith(
-        "| 64 | 512 | presence 1.5, frequency 0.5, repetition 1.1 vs none (temperature 1) |"
+        "| 64 | 512 | presence 1.5, frequency 0.5, repetition 1.1 vs none (temperature 1), seeded |"
     )
     assert len(rows[0].strip("|").split("|")) == len(
         reader.key_head("0.22.0")[0].strip("|").split("|")

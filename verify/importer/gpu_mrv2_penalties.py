@@ -95,7 +95,7 @@ def key_rows(run: dict, done: list) -> list[str]:
         speed = [_speed(done, a), _speed(done, a.replace(plain, pen, 1))]
         config = run["configs"][a]
         rows.append(f"| {config['batch']} | {config['output_len']} | "
-                    f"{penalty_plan.describe(plain, pen)} | "
+                    f"{penalty_plan.describe(plain, pen)}, {_seeding(run)} | "
                     f"{cost[0]} | {cost[1]} | {speed[0]} | {speed[1]} | "
                     f"{gpu}, {run.get('model')} shape, dummy weights |")  # fmt: skip
     return rows
@@ -153,10 +153,16 @@ def _shape(run: dict) -> tuple:
     return tuple(sorted({(c.get("batch"), c.get("output_len")) for c in run["configs"].values()}))
 
 
+def _seeding(run: dict) -> str:
+    """`seeded` where the run's requests carry seeds (per-request generators), else `unseeded`."""
+    seeded = any(config.get("seed", 0) is not None for config in run["configs"].values())
+    return "seeded" if seeded else "unseeded"
+
+
 def grid(runs: list[dict]) -> list[dict]:
-    """Per shape set, the newest run of the newest run's patch form (oldest first)."""
+    """Per shape set and seeding, the newest run of the newest run's patch form (oldest first)."""
     form = runs[-1].get("patch_hashes")
-    newest = {_shape(r): r for r in runs if r.get("patch_hashes") == form}
+    newest = {(_shape(r), _seeding(r)): r for r in runs if r.get("patch_hashes") == form}
     return sorted(newest.values(), key=lambda r: r.get("date", ""))
 
 
@@ -198,7 +204,7 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
         done = ab_rounds.from_records(run["rounds"])
         verdict, rows = performance_verdict(run, done, threshold)
         numbers = _numbers(run, done)
-        shape = ", ".join(f"B={b} L={n}" for b, n in _shape(run))
+        shape = ", ".join(f"B={b} L={n}" for b, n in _shape(run)) + f" {_seeding(run)}"
         parts.append(Verdict(verdict.outcome, f"{shape}: {verdict.reason}"))
         shown.append({"date": run.get("date"), "command": run.get("command"), **numbers})
         tables += [f"{_title(run, numbers)}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
