@@ -15,7 +15,7 @@ LONG_FUNCTIONS = {
 }
 #: Modules over MODULE_LINES today -> their lines.
 LONG_MODULES = {
-    "scripts/gpu_verify.py": 702,
+    # none: every module is within MODULE_LINES
 }
 
 
