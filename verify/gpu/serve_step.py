@@ -1,6 +1,6 @@
-"""The serving step of ``scripts/gpu_verify.py`` (``serve-bench``, ``gsm8k-lmeval``): `vllm serve` of the
-pristine and patched import roots, `vllm bench serve` rounds between them, then greedy gsm8k
-completions on both servers (per-sample identity) and gsm8k through lm_eval."""
+"""The serving step of ``scripts/gpu_verify.py`` (``serve-bench``, ``gsm8k-lmeval``): `vllm
+serve` of the pristine and patched import roots, `vllm bench serve` rounds between them, then
+greedy gsm8k completions on both servers (per-sample identity) and gsm8k through lm_eval."""
 
 from __future__ import annotations
 
