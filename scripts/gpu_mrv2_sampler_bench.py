@@ -37,12 +37,14 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(REPO))
 from mrv2_sampler_worker import Worker, WorkerError  # noqa: E402  (the worker and its handle)
 
 STEP = "micro-000"
@@ -267,30 +269,19 @@ def _write(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def run(
-    out: Path,
-    meta: dict,
-    sites: dict[str, Path],
-    *,
-    device: str = "cuda",
-    quick: bool = False,
-    overrides: dict[str, Any] | None = None,
-) -> dict:
-    """Measure pristine vs patched ``Sampler.__call__``; write and return the result dict.
-
-    ``out``: a folder (writes ``<out>/micro-000.json``) or a ``.json`` path; ``meta``: what
-    gpu_verify records (command, gpu, torch, vllm_version, series_hash, date); ``sites``:
-    ``{"pristine": root, "patched": root}``. Never raises for a failing shape or worker: the
-    error text goes into the JSON, which is rewritten after every round."""
-    t_start = time.monotonic()
+def _settings(device: str, quick: bool, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's settings: CONFIGS, the (device, quick) row of SETTINGS, then ``overrides``;
+    batch sizes sorted."""
     settings = {"configs": CONFIGS, **SETTINGS[(device, quick)], **(overrides or {})}
-    deadline = t_start + settings["budget_s"] - CLOSE_MARGIN_S
-    json_path, raw = _paths(Path(out))
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    raw.mkdir(parents=True, exist_ok=True)
-    batches = sorted(settings["batches"])
-    configs: dict[str, dict] = settings["configs"]
-    data: dict[str, Any] = {
+    settings["batches"] = sorted(settings["batches"])
+    return settings
+
+
+def _new_record(
+    meta: dict, sites: dict[str, Path], settings: dict[str, Any], device: str, quick: bool
+) -> dict[str, Any]:
+    """The JSON before anything is measured: ``meta``, the parameters, empty result parts."""
+    return {
         **meta,
         "step": STEP,
         "seed": "000",
@@ -300,8 +291,8 @@ def run(
             "quick": quick,
             "vocab": settings["vocab"],
             "logits_dtype": "bfloat16",
-            "batches": batches,
-            "configs": configs,
+            "batches": settings["batches"],
+            "configs": settings["configs"],
             "rounds": settings["rounds"],
             "iters_per_round": settings["iters"],
             "warmup_per_round": settings["warmup"],
@@ -324,111 +315,197 @@ def run(
         "results": {},
     }
 
-    def save() -> None:
+
+def _save(data: dict[str, Any], json_path: Path, t_start: float) -> None:
+    """Summarize what is measured so far (a failing summary is recorded) and rewrite the JSON."""
+    try:
+        data["results"] = summarize(data)
+        data["summary"] = brief(data["results"])
+    except Exception:
+        data["summary_error"] = traceback.format_exc()[-2000:]
+    data["wall_s"] = time.monotonic() - t_start
+    _write(json_path, data)
+
+
+def _start_workers(
+    data: dict[str, Any],
+    workers: dict[str, Worker],
+    sites: dict[str, Path],
+    raw: Path,
+    device: str,
+    settings: dict[str, Any],
+    deadline: float,
+) -> None:
+    """Start both workers at once into ``workers`` (the imports dominate; nothing is timed
+    yet), record each one's start-up, and gpu / torch / vLLM from the first that is ready."""
+    sizes = (settings["vocab"], settings["batches"][-1], len(settings["configs"]))
+    for v in VARIANTS:
+        workers[v] = Worker(v, sites[v], raw / f"{STEP}-{v}.log", device, *sizes)
+    for v in VARIANTS:
         try:
-            data["results"] = summarize(data)
-            data["summary"] = brief(data["results"])
-        except Exception:
-            data["summary_error"] = traceback.format_exc()[-2000:]
-        data["wall_s"] = time.monotonic() - t_start
-        _write(json_path, data)
+            ready = workers[v].wait_ready(min(deadline, time.monotonic() + STARTUP_TIMEOUT_S))
+            data["startup"][v] = ready
+            say(f"{v} worker ready in {ready['startup_s']:.1f} s ({ready['sampler_file']})")
+        except WorkerError as exc:
+            data["startup"][v] = {"ok": False, "error": str(exc)[-4000:]}
+            data["errors"].append(f"{v} startup: {str(exc)[-4000:]}")
+            say(f"{v} worker FAILED to start: {str(exc)[:300]}")
+    first = next((data["startup"][v] for v in VARIANTS if data["startup"][v].get("ok")), {})
+    if data.get("gpu") in (None, "") and first:
+        data["gpu"] = first.get("device")
+    if data.get("torch") in (None, "") and first:
+        data["torch"] = first.get("torch")
+    if first:
+        data["vllm_reported"] = first.get("vllm")
+
+
+def _setup_shapes(
+    data: dict[str, Any],
+    workers: dict[str, Worker],
+    live: list[str],
+    settings: dict[str, Any],
+    deadline: float,
+) -> None:
+    """The first call per shape (Triton compiles), both workers in parallel; stops at the
+    deadline."""
+    configs: dict[str, dict] = settings["configs"]
+    for config, batch in [(c, b) for c in configs for b in settings["batches"]]:
+        if time.monotonic() > deadline:
+            data["notes"].append("budget: setup stopped early")
+            break
+        key = _shape_key(config, batch)
+        data["setup"][key] = {}
+        sent = {}
+        for v in live:
+            if workers[v].dead:
+                continue
+            try:
+                sent[v] = workers[v].send(
+                    "setup", config=config, batch=batch, params=configs[config]
+                )
+            except WorkerError as exc:
+                data["setup"][key][v] = {"ok": False, "error": str(exc)[-4000:]}
+        for v, seq in sent.items():
+            try:
+                msg = workers[v].receive(min(deadline, time.monotonic() + CALL_TIMEOUT_S), seq)
+            except WorkerError as exc:
+                msg = {"ok": False, "error": str(exc)[-4000:]}
+            data["setup"][key][v] = msg
+            if not msg.get("ok"):
+                say(f"setup {key} {v} FAILED: {msg.get('error', '')[-300:]}")
+
+
+def _setup_ok(data: dict[str, Any], key: str, v: str) -> bool:
+    """Whether variant ``v``'s setup call for shape ``key`` succeeded."""
+    return bool(data["setup"].get(key, {}).get(v, {}).get("ok"))
+
+
+def _measure_round(
+    data: dict[str, Any],
+    workers: dict[str, Worker],
+    settings: dict[str, Any],
+    rnd: int,
+    deadline: float,
+) -> None:
+    """One round: every set-up shape, then the copy reference per batch size, on each live
+    worker; the pristine/patched order alternates from shape to shape and round to round."""
+    from verify.ab.rounds import round_orders  # verify.stats: loaded by the first save already
+
+    orders = round_orders(VARIANTS, 2)
+    batches = settings["batches"]
+    for ci, config in enumerate(settings["configs"]):
+        for bi, batch in enumerate(batches):
+            key = _shape_key(config, batch)
+            order = list(orders[(rnd + ci + bi) % 2])
+            for v in order:
+                if not _setup_ok(data, key, v) or workers[v].dead:
+                    continue
+                row = {"round": rnd, "shape": key, "variant": v, "order": order}
+                msg = _round_call(
+                    workers[v], "measure", deadline, settings, config=config, batch=batch
+                )
+                data["rounds"].append({**row, **msg})
+    for bi, batch in enumerate(batches):
+        for v in orders[(rnd + bi) % 2]:
+            if workers[v].dead:
+                continue
+            msg = _round_call(workers[v], "copy", deadline, settings, batch=batch)
+            data["copy_ref"].append({"round": rnd, "batch": batch, "variant": v, **msg})
+
+
+def _run_rounds(
+    data: dict[str, Any],
+    workers: dict[str, Worker],
+    settings: dict[str, Any],
+    deadline: float,
+    save: Callable[[], None],
+) -> None:
+    """The measured rounds, saving after each; stops before a round that would not fit the
+    deadline (judged by the last round's time, at least 5 s)."""
+    round_s = 0.0
+    for rnd in range(settings["rounds"]):
+        t_round = time.monotonic()
+        if t_round + max(1.2 * round_s, 5.0) > deadline:
+            data["notes"].append(f"budget: stopped before round {rnd}")
+            say(f"budget reached: stopping before round {rnd}")
+            break
+        _measure_round(data, workers, settings, rnd, deadline)
+        round_s = time.monotonic() - t_round
+        save()
+        say(f"round {rnd} done in {round_s:.1f} s")
+
+
+def _close_workers(data: dict[str, Any], workers: dict[str, Worker]) -> None:
+    """Stop every worker; a worker that started and then died is recorded as an error."""
+    for w in workers.values():
+        with contextlib.suppress(Exception):
+            w.close()
+    for v, w in workers.items():
+        if w.dead and data["startup"].get(v, {}).get("ok"):
+            data["errors"].append(f"{v} worker: {w.dead}")
+
+
+def run(
+    out: Path,
+    meta: dict,
+    sites: dict[str, Path],
+    *,
+    device: str = "cuda",
+    quick: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> dict:
+    """Measure pristine vs patched ``Sampler.__call__``; write and return the result dict.
+
+    ``out``: a folder (writes ``<out>/micro-000.json``) or a ``.json`` path; ``meta``: what
+    gpu_verify records (command, gpu, torch, vllm_version, series_hash, date); ``sites``:
+    ``{"pristine": root, "patched": root}``. Never raises for a failing shape or worker: the
+    error text goes into the JSON, which is rewritten after every round."""
+    t_start = time.monotonic()
+    settings = _settings(device, quick, overrides)
+    deadline = t_start + settings["budget_s"] - CLOSE_MARGIN_S
+    json_path, raw = _paths(Path(out))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    raw.mkdir(parents=True, exist_ok=True)
+    data = _new_record(meta, sites, settings, device, quick)
+
+    def save() -> None:
+        _save(data, json_path, t_start)
 
     save()
     workers: dict[str, Worker] = {}
     try:
-        # Start both workers at once (the imports dominate; nothing is timed yet).
-        sizes = (settings["vocab"], batches[-1], len(configs))
-        for v in VARIANTS:
-            workers[v] = Worker(v, sites[v], raw / f"{STEP}-{v}.log", device, *sizes)
-        for v in VARIANTS:
-            try:
-                ready = workers[v].wait_ready(min(deadline, time.monotonic() + STARTUP_TIMEOUT_S))
-                data["startup"][v] = ready
-                say(f"{v} worker ready in {ready['startup_s']:.1f} s ({ready['sampler_file']})")
-            except WorkerError as exc:
-                data["startup"][v] = {"ok": False, "error": str(exc)[-4000:]}
-                data["errors"].append(f"{v} startup: {str(exc)[-4000:]}")
-                say(f"{v} worker FAILED to start: {str(exc)[:300]}")
-        first = next((data["startup"][v] for v in VARIANTS if data["startup"][v].get("ok")), {})
-        if data.get("gpu") in (None, "") and first:
-            data["gpu"] = first.get("device")
-        if data.get("torch") in (None, "") and first:
-            data["torch"] = first.get("torch")
-        if first:
-            data["vllm_reported"] = first.get("vllm")
+        _start_workers(data, workers, sites, raw, device, settings, deadline)
         save()
         live = [v for v in VARIANTS if not workers[v].dead]
-
-        # Setup: first call per shape (Triton compiles), both workers in parallel.
-        for config, batch in [(c, b) for c in configs for b in batches]:
-            if time.monotonic() > deadline:
-                data["notes"].append("budget: setup stopped early")
-                break
-            key = _shape_key(config, batch)
-            data["setup"][key] = {}
-            sent = {}
-            for v in live:
-                if workers[v].dead:
-                    continue
-                try:
-                    sent[v] = workers[v].send(
-                        "setup", config=config, batch=batch, params=configs[config]
-                    )
-                except WorkerError as exc:
-                    data["setup"][key][v] = {"ok": False, "error": str(exc)[-4000:]}
-            for v, seq in sent.items():
-                try:
-                    msg = workers[v].receive(min(deadline, time.monotonic() + CALL_TIMEOUT_S), seq)
-                except WorkerError as exc:
-                    msg = {"ok": False, "error": str(exc)[-4000:]}
-                data["setup"][key][v] = msg
-                if not msg.get("ok"):
-                    say(f"setup {key} {v} FAILED: {msg.get('error', '')[-300:]}")
+        _setup_shapes(data, workers, live, settings, deadline)
         save()
         say(f"setup done at {time.monotonic() - t_start:.1f} s")
-
-        def setup_ok(key: str, v: str) -> bool:
-            return bool(data["setup"].get(key, {}).get(v, {}).get("ok"))
-
-        round_s = 0.0
-        for rnd in range(settings["rounds"]):
-            t_round = time.monotonic()
-            if t_round + max(1.2 * round_s, 5.0) > deadline:
-                data["notes"].append(f"budget: stopped before round {rnd}")
-                say(f"budget reached: stopping before round {rnd}")
-                break
-            for ci, config in enumerate(configs):
-                for bi, batch in enumerate(batches):
-                    key = _shape_key(config, batch)
-                    order = list(VARIANTS) if (rnd + ci + bi) % 2 == 0 else list(VARIANTS)[::-1]
-                    for v in order:
-                        if not setup_ok(key, v) or workers[v].dead:
-                            continue
-                        row = {"round": rnd, "shape": key, "variant": v, "order": order}
-                        msg = _round_call(
-                            workers[v], "measure", deadline, settings, config=config, batch=batch
-                        )
-                        data["rounds"].append({**row, **msg})
-            for bi, batch in enumerate(batches):
-                order = list(VARIANTS) if (rnd + bi) % 2 == 0 else list(VARIANTS)[::-1]
-                for v in order:
-                    if workers[v].dead:
-                        continue
-                    msg = _round_call(workers[v], "copy", deadline, settings, batch=batch)
-                    data["copy_ref"].append({"round": rnd, "batch": batch, "variant": v, **msg})
-            round_s = time.monotonic() - t_round
-            save()
-            say(f"round {rnd} done in {round_s:.1f} s")
+        _run_rounds(data, workers, settings, deadline, save)
     except Exception:
         data["errors"].append(f"driver: {traceback.format_exc()[-4000:]}")
         say(f"driver error: {traceback.format_exc()[-1000:]}")
     finally:
-        for w in workers.values():
-            with contextlib.suppress(Exception):
-                w.close()
-        for v, w in workers.items():
-            if w.dead and data["startup"].get(v, {}).get("ok"):
-                data["errors"].append(f"{v} worker: {w.dead}")
+        _close_workers(data, workers)
         save()
     print(table(data["results"]), flush=True)
     say(f"wrote {json_path} ({data['wall_s']:.1f} s)")

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTION_LINES, MODULE_LINES = 80, 600
 #: Functions over FUNCTION_LINES today: "file:function" -> its lines.
 LONG_FUNCTIONS = {
-    "scripts/gpu_mrv2_sampler_bench.py:run": 166,
+    # none: every function is within FUNCTION_LINES
 }
 #: Modules over MODULE_LINES today -> their lines.
 LONG_MODULES = {
