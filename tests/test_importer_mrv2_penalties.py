@@ -101,6 +101,15 @@ def test_a_seeded_and_an_unseeded_run_of_one_shape_both_stay_in_the_grid():
     assert [row.split(" | ")[2].rsplit(", ", 1)[1] for row in keys] == ["seeded", "unseeded"]
 
 
+def test_a_run_of_other_samplings_at_one_shape_stays_in_the_grid():
+    first, other = _shaped(128, "1"), _shaped(128, "2")
+    k20p95 = {"plain": "plain-k20p95", "pen": "presence-k20p95"}
+    other["configs"] = {k20p95[c.split("-")[0]] + "-b128-l512": v
+                        for c, v in other["configs"].items()}  # fmt: skip
+    assert reader.grid([first, other]) == [first, other]
+    assert reader.grid([first, _shaped(128, "3")]) == [_shaped(128, "3")]
+
+
 def test_a_run_without_the_second_pristine_engine_is_judged_without_an_aa():
     run = _shaped(64, "1", control=False)
     verdict, rows = reader.performance_verdict(run, _done(run), 0.01)

@@ -159,10 +159,18 @@ def _seeding(run: dict) -> str:
     return "seeded" if seeded else "unseeded"
 
 
+def _samplings(run: dict) -> tuple[str, ...]:
+    """The run's samplings (`pen`, `plain`, ...), sorted."""
+    return tuple(sorted({_sampling(config) for config in run["configs"]}))
+
+
 def grid(runs: list[dict]) -> list[dict]:
-    """Per shape set and seeding, the newest run of the newest run's patch form (oldest first)."""
+    """Per shape set, seeding and sampling set, the newest run of the newest run's patch form
+    (oldest first): a run of other samplings at one shape adds cells, it does not replace."""
     form = runs[-1].get("patch_hashes")
-    newest = {(_shape(r), _seeding(r)): r for r in runs if r.get("patch_hashes") == form}
+    newest = {
+        (_shape(r), _seeding(r), _samplings(r)): r for r in runs if r.get("patch_hashes") == form
+    }
     return sorted(newest.values(), key=lambda r: r.get("date", ""))
 
 
@@ -204,7 +212,8 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
         done = ab_rounds.from_records(run["rounds"])
         verdict, rows = performance_verdict(run, done, threshold)
         numbers = _numbers(run, done)
-        shape = ", ".join(f"B={b} L={n}" for b, n in _shape(run)) + f" {_seeding(run)}"
+        shape = ", ".join(f"B={b} L={n}" for b, n in _shape(run))
+        shape += f" {_seeding(run)} ({', '.join(_samplings(run))})"
         parts.append(Verdict(verdict.outcome, f"{shape}: {verdict.reason}"))
         shown.append({"date": run.get("date"), "command": run.get("command"), **numbers})
         tables += [f"{_title(run, numbers)}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
