@@ -188,6 +188,17 @@ def test_a_shorter_newer_kernel_run_does_not_displace_a_longer_one(mod, tmp_path
     assert split["numbers"]["source"] == "kernel-short.json" and split["outcome"] == "fail"
 
 
+def test_a_kernel_file_outside_the_raw_data_contract_makes_no_record(mod, tmp_path):
+    """A file without top-level `machine` (gpu_kernel_bench.py's first format kept `meta`)
+    measures no variant the importer reads: no kernel record, where a contract file makes one."""
+    first_format = {k: v for k, v in _contract(20.0).items() if k != "machine"}
+    first_format["meta"] = _contract(20.0)["machine"]
+    (tmp_path / "0.22.0" / "kernel-first-format.json").write_text(json.dumps(first_format))
+    assert "kernel-010" not in {r["step"] for r in gpu_kernels.kernels("0.22.0")}
+    (tmp_path / "0.22.0" / "kernel-contract.json").write_text(json.dumps(_contract(20.0)))
+    assert "kernel-010" in {r["step"] for r in gpu_kernels.kernels("0.22.0")}
+
+
 def test_recorded_patch_hashes_decide_staleness_per_patch(mod, tmp_path):
     """A step file that carries the overlay's {subject: diff hash} is current evidence for a
     patch whose diff is unchanged (even from another series), and stale for a changed one."""

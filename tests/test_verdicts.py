@@ -155,28 +155,6 @@ def test_kernel_without_host_time_never_passes() -> None:
     assert v.outcome == INCONCLUSIVE and "host time not recorded" in v.reason
 
 
-def test_kernel_reads_legacy_files() -> None:
-    legacy = {
-        "meta": {"baseline": "0.22.0"},
-        "rows": [
-            {
-                "vocab": 32000,
-                "requests": 1,
-                "draft_tokens": 1,
-                "draft_probs": False,
-                "correctness": {"0.22.0": {"mismatch": 0}, "0.22.0+002": {"mismatch": 0}},
-                "variants": {
-                    "0.22.0": {"times_us": BASE, "eager_times_us": _scaled(0.1)},
-                    "0.22.0+002": {"times_us": BASE, "eager_times_us": _scaled(0.3)},
-                },
-            }
-        ],
-    }
-    rows = kernel.from_legacy(legacy)
-    assert {r["variant"] for r in rows} == {"0.22.0", "0.22.0+002"}
-    assert kernel.judge(rows, "0.22.0+002", THRESHOLD, "not slower").outcome == FAIL
-
-
 # serve-bench -------------------------------------------------------------------------------
 def _serve(thr: float, itl: float) -> dict[str, list[float]]:
     return {"output_throughput": _scaled(thr), "p99_itl_ms": _scaled(itl)}

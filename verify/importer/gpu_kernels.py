@@ -13,10 +13,6 @@ from verify.importer import gpu as gpu_tier
 from verify.series import read_series
 from verify.verdicts import kernel
 
-#: The legacy kernel run (commit dd7918f), read where no file of the kernel raw-data contract
-#: (top-level "machine" and "rows" with "variant") measured the step's variant.
-KERNEL_FILE = "kernel_001.json"
-
 
 def is_contract(data: object) -> bool:
     rows = data.get("rows") if isinstance(data, dict) else None
@@ -29,8 +25,8 @@ def kernel_file(
     """The strongest kernel file in the raw-data contract that measured `variant` (step folders
     and their raw/ folders of every pin): one that measured the patch as it is now
     (`variant_is_current` over `files`) before one that did not, then the one of more rounds,
-    then the newest, so a shorter re-run does not displace a longer run of the same code; else
-    `version`'s legacy KERNEL_FILE. With it, whether that file measured the patch as it is."""
+    then the newest, so a shorter re-run does not displace a longer run of the same code; None
+    where none did. With it, whether that file measured the patch as it is."""
     contract = []
     for path in [*gpu_tier.gpu_root().glob("*/*.json"), *gpu_tier.gpu_root().glob("*/raw/*.json")]:
         data = results.read_json(path)
@@ -38,11 +34,10 @@ def kernel_file(
             current = bool(files) and variant_is_current(data, variant, version, files)
             rounds = (data.get("method") or {}).get("rounds") or 0
             contract.append((current, rounds, str(data.get("date", "")), path))
-    if contract:
-        current, *_, path = max(contract)
-        return path, current
-    legacy = gpu_tier.gpu_root() / version / KERNEL_FILE
-    return (legacy if legacy.exists() else None), False
+    if not contract:
+        return None, False
+    current, *_, path = max(contract)
+    return path, current
 
 
 def patch_number(version: str, subject: str) -> str:
@@ -80,19 +75,12 @@ def variant_is_current(data: dict, variant: str, version: str, files: tuple[str,
 
 
 def kernel_rows(data: dict) -> tuple[list[dict], dict, str, str]:
-    """(contract rows, machine, command, date) of a kernel file in either format."""
-    if is_contract(data):
-        machine = {
-            k: data["machine"].get(k, results.UNKNOWN)
-            for k in ("python", "gpu", "cpu", "torch", "triton", "cuda")
-        }
-        return data["rows"], machine, data.get("command", ""), data.get("date", "")
-    meta = data["meta"]
+    """(contract rows, machine, command, date) of a kernel file of the raw-data contract."""
     machine = {
-        k: meta.get(k, results.UNKNOWN) for k in ("python", "gpu", "torch", "triton", "cuda")
+        k: data["machine"].get(k, results.UNKNOWN)
+        for k in ("python", "gpu", "cpu", "torch", "triton", "cuda")
     }
-    machine["cpu"] = results.UNKNOWN
-    return kernel.from_legacy(data), machine, meta["command"], meta["date"]
+    return data["rows"], machine, data.get("command", ""), data.get("date", "")
 
 
 def _kernel_table(rows: list[dict], variant: str) -> str:

@@ -1,7 +1,6 @@
 """Kernel verdict: correctness, then speed the way vLLM calls the kernel (eagerly).
 
-Raw rows (the kernel raw-data contract; `from_legacy` converts the older
-``scripts/gpu_kernel_bench.py`` files)::
+Raw rows (the kernel raw-data contract, as ``scripts/gpu_kernel_bench.py`` writes them)::
 
     {variant, baseline, vocab, requests, draft_tokens (int | list), draft_probs (bool),
      identical (bool), graph_us: [per-round medians], eager_us: [per-round medians, L2 flushed],
@@ -112,28 +111,3 @@ def judge(rows: list[Row], variant: str, threshold: float, claim: str) -> Verdic
     if worst.outcome == INCONCLUSIVE and "not recorded" in worst.reason:
         reason += "; a CUDA-graph time alone is not the way vLLM launches the kernel"
     return Verdict(worst.outcome, reason, {"shapes": len(parts), "outcomes": counts})
-
-
-def from_legacy(data: dict[str, Any]) -> list[Row]:
-    """Contract rows from a ``scripts/gpu_kernel_bench.py`` file in its first format (meta, rows
-    with per-variant ``times_us`` / ``eager_times_us`` and correctness counters; no host time)."""
-    baseline = data["meta"]["baseline"]
-    out = []
-    for row in data["rows"]:
-        for name, timing in row["variants"].items():
-            counters = row.get("correctness", {}).get(name, {})
-            out.append(
-                {
-                    "variant": name,
-                    "baseline": baseline,
-                    "vocab": row["vocab"],
-                    "requests": row["requests"],
-                    "draft_tokens": row["draft_tokens"],
-                    "draft_probs": row["draft_probs"],
-                    "identical": bool(counters) and not any(counters.values()),
-                    "graph_us": timing.get("times_us", []),
-                    "eager_us": timing.get("eager_times_us", []),
-                    "host_us": [],
-                }
-            )
-    return out
