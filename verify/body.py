@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from verify import sdist, verdicts
 from verify.errors import PatchbenchError
 from verify.gpu import shapes
+from verify.importer import penalty_profile
 from verify.runners import RunnerChoice
 
 if TYPE_CHECKING:
@@ -372,7 +373,8 @@ def cost_table(ev: PatchEvidence) -> list[str]:
                 cells = [c.strip() for c in row.strip().strip("|").split("|")]
                 shown = [cells[i] for i, _ in keep] if keep else cells
                 out.append("| " + " | ".join(shown) + " |")
-            return out
+            profile = penalty_profile.line((record.get("numbers") or {}).get("profile"), ev.version)
+            return out + (["", profile] if profile else [])
     return []
 
 

@@ -50,7 +50,7 @@ import math
 import statistics
 
 from verify import registry, results, stats
-from verify.importer import gpu
+from verify.importer import gpu, penalty_profile
 from verify.importer.cost_rows import cost_cell, cost_row, cost_text, interval_cell, sampler_row
 from verify.importer.engine_runs import (  # noqa: F401  (re-exported for the readers' tests)
     DEFAULT_MODEL,
@@ -451,6 +451,7 @@ def penalty_cost(version: str) -> dict | None:
         verdict = _on_goal_gpu(verdict, covered, (goal, goal_gpu), on_goal_gpu, unseries)
     key_table = "\n".join(key) if len(key) > 1 else None
     record = _record(src, STEP, "003", verdict, numbers, tables=tables, key_table=key_table)
+    record = penalty_profile.attach(record, version, "V1")
     headline = production_headline(pools, version)
     return record | ({"headline": headline} if headline else {})
 

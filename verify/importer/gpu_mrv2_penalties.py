@@ -21,6 +21,7 @@ from pathlib import Path
 from verify import registry, results, stats
 from verify.ab import rounds as ab_rounds
 from verify.gpu import penalty_plan
+from verify.importer import penalty_profile
 from verify.importer.cost_rows import interval_text
 from verify.importer.gpu import _record
 from verify.verdicts import INCONCLUSIVE, Verdict, combine, identity, performance
@@ -219,5 +220,6 @@ def read(version: str, step: registry.Step, entry: registry.Entry, runs: list[Pa
         tables += [f"{_title(run, numbers)}\n\n" + "\n".join(rows), "\n".join(cost_rows(run, done))]
         keys += key_rows(run, done)
     numbers = {**shown[-1], "runs": shown}
-    return _record(loaded[-1], step.records[0], entry.slug, combine(parts), numbers,
-                   tables=tables, key_table="\n".join(keys))  # fmt: skip
+    record = _record(loaded[-1], step.records[0], entry.slug, combine(parts), numbers,
+                     tables=tables, key_table="\n".join(keys))  # fmt: skip
+    return penalty_profile.attach(record, version, "MRV2")
