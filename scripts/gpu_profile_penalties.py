@@ -9,14 +9,16 @@ profiled after one warm-up call:
 Default: cProfile of the host (top functions by own and by cumulative time); --cuda:
 torch.profiler (ops and kernels by device time and by host time; short outputs, e.g.
 --output-len 64), so that the penalized config's extra time per step can be told apart as kernel
-time or launch/host time. Writes <out>/<config>.txt and <out>/summary.json (tok/s, the sampler
-timers where the series' VLLM_SAMPLE_TOKENS_TIMING is on, and the engine's measured entropy).
+time or launch/host time. Writes <out>/<config>.txt and <out>/summary.json (the machine: GPU,
+torch, vLLM; tok/s, the sampler timers where the series' VLLM_SAMPLE_TOKENS_TIMING is on, and
+the engine's measured entropy).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime as dt
 import io
 import json
 import os
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from verify.ab import __main__ as ab_main  # noqa: E402  (provenance read on this machine)
 from verify.ab import engines  # noqa: E402
 from verify.gpu import device, penalty_plan, shapes  # noqa: E402
 
@@ -85,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     args.out.mkdir(parents=True, exist_ok=True)
     llm, entropy = start_engine(args)
-    summary: dict = {"argv": sys.argv, "model_shape": args.model_shape, "output_entropy": entropy,
+    summary: dict = {"argv": sys.argv, "machine": ab_main.provenance(),
+                     "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                     "model_shape": args.model_shape, "output_entropy": entropy,
                      "model_runner": engines.model_runner(llm), "configs": {}}  # fmt: skip
     profile = cuda_profile if args.cuda else host_profile
     for name, config in configs(args).items():

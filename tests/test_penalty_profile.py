@@ -30,6 +30,8 @@ def profile_dir(tmp_path, build: str, plain: dict, pen: dict, totals=(640.0, 652
     configs = {"plain-k20p95-b32-l64": {"config": {"batch": 32, "output_len": 64}},
                "presence-k20p95-b32-l64": {"config": {"batch": 32, "output_len": 64}}}  # fmt: skip
     summary = {"model_runner": "V1", "output_entropy": {"measured_nats": 1.0}, "configs": configs}
+    if build == "pristine":
+        summary["machine"] = {"gpu": "NVIDIA H100 80GB HBM3"}
     (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "plain-k20p95-b32-l64.txt").write_text(table(plain, totals[0]))
     (folder / "presence-k20p95-b32-l64.txt").write_text(table(pen, totals[1]))
@@ -68,6 +70,8 @@ def test_the_line_gives_each_build_and_the_penalized_step_against_the_release(tm
     assert "v0.22.0 +200 µs (2.0%: aten::mul 200 µs)" in text
     assert "this PR +10 µs (0.1%: _k 10 µs; its penalized step -190 µs against v0.22.0's)" in text
     assert "presence 1.5 vs none (top-k 20, top-p 0.95, temperature 1)" in text
+    assert "(torch.profiler, NVIDIA H100 80GB HBM3, V1," in text
+    assert "(torch.profiler, GPU not recorded, V1," in pp.line([ours], "0.22.0")
     assert pp.line([], "0.22.0") is None
 
 

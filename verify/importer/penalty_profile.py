@@ -65,6 +65,7 @@ def build_profile(summary: Path) -> dict:
     top = sorted((n for n in added if _named(n) and added[n] >= floor), key=lambda n: -added[n])
     return {
         "runner": data.get("model_runner"),
+        "gpu": (data.get("machine") or {}).get("gpu"),
         "build": summary.parent.name.rsplit("-", 1)[-1],
         "plain": plain.rsplit("-b", 1)[0],
         "penalized": pen.rsplit("-b", 1)[0],
@@ -109,7 +110,8 @@ def line(found: list[dict], version: str) -> str | None:
         sampling = penalty_plan.describe(first["plain"], first["penalized"])
     except KeyError:
         sampling = f"{first['penalized']} vs {first['plain']}"
-    return (f"GPU time a penalized step adds (torch.profiler, {first['runner']}, "
+    gpu = first["gpu"] or "GPU not recorded"
+    return (f"GPU time a penalized step adds (torch.profiler, {gpu}, {first['runner']}, "
             f"B={first['batch']}, {first['steps']} steps, {sampling}, one profiled call each, "
             "not judged): " + "; ".join(builds))  # fmt: skip
 
