@@ -55,3 +55,11 @@ def test_a_narrow_cost_table_is_shown_as_it_is_and_a_stale_one_not_at_all():
     assert table[3] == MRV2_KEY.splitlines()[2]
     assert body.cost_table(_ev(["pass (stale)"], MRV2_KEY)) == []
     assert body.cost_table(_ev(["pass (stale)"], KEY)) == []
+
+
+def test_the_profile_sentence_of_the_cost_record_follows_its_table():
+    ev = _ev(["pass"], MRV2_KEY)
+    ev.rows[0][3][0]["numbers"] = {"profile": {"summary": "GPU time a penalized step adds: x"}}
+    table = body.cost_table(ev)
+    assert table[-2:] == ["", "GPU time a penalized step adds: x"]
+    assert body.cost_table(_ev(["pass"], MRV2_KEY))[-1] == MRV2_KEY.splitlines()[2]

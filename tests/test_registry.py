@@ -283,3 +283,10 @@ def test_importers_take_speed_thresholds_from_the_registry() -> None:
             if name in judges and literal:
                 found.append(f"{path.name}:{node.lineno} {name}({literal})")
     assert found == []
+
+
+def test_a_records_params_come_from_the_step_that_states_them() -> None:
+    cost = registry.params("0.22.0", "e2e-gpu-penalty-cost")
+    assert cost["goal_gpu"] == "H100" and cost["profiles"].endswith("summary.json")
+    assert registry.params("0.22.0", "e2e-gpu-mrv2-penalty-rows-cost")["profiles"]
+    assert registry.params("0.22.0", "no-such-record") == {}

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from verify import sdist, verdicts
 from verify.errors import PatchbenchError
 from verify.gpu import shapes
-from verify.importer import penalty_profile
 from verify.runners import RunnerChoice
 
 if TYPE_CHECKING:
@@ -373,7 +372,7 @@ def cost_table(ev: PatchEvidence) -> list[str]:
                 cells = [c.strip() for c in row.strip().strip("|").split("|")]
                 shown = [cells[i] for i, _ in keep] if keep else cells
                 out.append("| " + " | ".join(shown) + " |")
-            profile = penalty_profile.line((record.get("numbers") or {}).get("profile"), ev.version)
+            profile = ((record.get("numbers") or {}).get("profile") or {}).get("summary")
             return out + (["", profile] if profile else [])
     return []
 

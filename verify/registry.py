@@ -352,6 +352,13 @@ def threshold(version: str, record: str) -> float:
     return values.pop()
 
 
+def params(version: str, record: str) -> dict[str, Any]:
+    """The `params` of the first registry step on `version` that names record step `record`
+    and states any ({} where none does): what its reader judges or shows besides the rule."""
+    steps = (st for entry in load().values() for st in entry.steps_on(version))
+    return next((st.params for st in steps if record in st.records and st.params), {})
+
+
 def patches_for_record(
     version: str, step: str, entries: dict[str, Entry] | None = None
 ) -> list[str]:

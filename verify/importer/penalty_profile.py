@@ -55,7 +55,7 @@ def build_profile(summary: Path) -> dict:
     """The GPU time per step of a profile folder's plain and penalized configs (the summary's
     order: plain first), what the penalized one adds, and the named ops that add most."""
     data = results.read_json(summary)
-    (plain, p_cfg), (pen, q_cfg) = list(data["configs"].items())[:2]
+    (plain, p_cfg), (pen, _) = list(data["configs"].items())[:2]
     steps = p_cfg["config"]["output_len"]
     (base, base_rows), (more, more_rows) = (
         gpu_table((summary.parent / f"{name}.txt").read_text()) for name in (plain, pen)
@@ -82,8 +82,7 @@ def build_profile(summary: Path) -> dict:
 
 def profiles(version: str, record: str, runner: str) -> list[dict]:
     """The profiles of `runner` that the registry step making `record` names, by build."""
-    steps = [st for e in registry.load().values() for st in e.steps_on(version)]
-    pattern = next((st.params.get("profiles") for st in steps if record in st.records), None)
+    pattern = registry.params(version, record).get("profiles")
     if not pattern:
         return []
     found = [build_profile(p) for p in sorted((gpu_tier.gpu_root() / version).glob(pattern))]
@@ -117,10 +116,11 @@ def line(found: list[dict], version: str) -> str | None:
 
 
 def attach(record: dict, version: str, runner: str) -> dict:
-    """`record` with its step's profiles of `runner` in numbers["profile"] and as a table."""
+    """`record` with its step's profiles of `runner` in numbers["profile"] (the builds and the
+    sentence the PR body shows) and the sentence as a table."""
     found = profiles(version, record["step"], runner)
     text = line(found, version)
     if text is None:
         return record
-    numbers = {**record.get("numbers", {}), "profile": found}
+    numbers = {**record.get("numbers", {}), "profile": {"summary": text, "builds": found}}
     return {**record, "numbers": numbers, "tables": [*record.get("tables", []), text]}
