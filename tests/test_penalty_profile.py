@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from verify.importer import gpu
 from verify.importer import penalty_profile as pp
 
 COLUMNS = ("Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg",
@@ -79,3 +80,10 @@ def test_a_record_without_profiles_is_left_as_it_is(monkeypatch):
     record = {"step": "e2e-gpu-penalty-cost", "numbers": {"n": 1}, "tables": ["t"]}
     monkeypatch.setattr(pp, "profiles", lambda *a: [])
     assert pp.attach(record, "0.22.0", "V1") == record
+
+
+def test_both_cost_records_name_their_profiles_in_the_registry():
+    cost = gpu.params("0.22.0", "e2e-gpu-penalty-cost")
+    assert cost["goal_gpu"] == "H100" and cost["profiles"].endswith("/summary.json")
+    assert gpu.params("0.22.0", "e2e-gpu-mrv2-penalty-rows-cost")["profiles"] == cost["profiles"]
+    assert gpu.params("0.22.0", "no-such-record") == {}

@@ -285,8 +285,9 @@ def test_importers_take_speed_thresholds_from_the_registry() -> None:
     assert found == []
 
 
-def test_a_records_params_come_from_the_step_that_states_them() -> None:
-    cost = registry.params("0.22.0", "e2e-gpu-penalty-cost")
-    assert cost["goal_gpu"] == "H100" and cost["profiles"].endswith("summary.json")
-    assert registry.params("0.22.0", "e2e-gpu-mrv2-penalty-rows-cost")["profiles"]
-    assert registry.params("0.22.0", "no-such-record") == {}
+def test_the_steps_naming_a_record_are_found_on_their_pin() -> None:
+    found = registry.naming("0.22.0", "e2e-gpu-penalty-cost")
+    assert [(e.slug, st.records) for e, st in found] == [
+        ("penalty-state-device", ("e2e-gpu-penalty-cost",))
+    ]
+    assert registry.naming("0.22.0", "no-such-record") == []

@@ -332,16 +332,19 @@ class ThresholdError(PatchbenchError):
     """A record judged on speed whose registry steps state no threshold, or disagree."""
 
 
+def naming(
+    version: str, record: str, entries: dict[str, Entry] | None = None
+) -> list[tuple[Entry, Step]]:
+    """(entry, step) of every registry step on `version` that names record step `record`."""
+    entries = load() if entries is None else entries
+    return [(e, st) for e in entries.values() for st in e.steps_on(version) if record in st.records]
+
+
 def threshold(version: str, record: str) -> float:
     """The noise threshold the registry states for record step `record` on `version`: every
     step that names the record must state the same one (a speed rule's threshold lives only
     in the registry); ThresholdError otherwise."""
-    found = {
-        (entry.slug, step.threshold)
-        for entry in load().values()
-        for step in entry.steps_on(version)
-        if record in step.records
-    }
+    found = {(entry.slug, step.threshold) for entry, step in naming(version, record)}
     values = {t for _, t in found}
     if not found or None in values or len(values) > 1:
         said = ", ".join(f"{slug}: {t}" for slug, t in sorted(found, key=str)) or "no step"
@@ -352,23 +355,12 @@ def threshold(version: str, record: str) -> float:
     return values.pop()
 
 
-def params(version: str, record: str) -> dict[str, Any]:
-    """The `params` of the first registry step on `version` that names record step `record`
-    and states any ({} where none does): what its reader judges or shows besides the rule."""
-    steps = (st for entry in load().values() for st in entry.steps_on(version))
-    return next((st.params for st in steps if record in st.records and st.params), {})
-
-
 def patches_for_record(
     version: str, step: str, entries: dict[str, Entry] | None = None
 ) -> list[str]:
     """Ids of the patches whose registry steps on `version` name record step `step`."""
-    entries = load() if entries is None else entries
-    return [
-        e.slug
-        for e in entries.values()
-        if version in e.pins and any(step in s.records for s in e.steps_on(version))
-    ]
+    found = naming(version, step, entries)
+    return list(dict.fromkeys(e.slug for e, _ in found if version in e.pins))
 
 
 def validate(

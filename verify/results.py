@@ -119,13 +119,8 @@ def make(
 def _steps_naming(
     version: str, step: str, registry_root: Path | None = None
 ) -> list[registry.Step]:
-    return [
-        s
-        for e in registry.load(registry_root).values()
-        if version in e.pins
-        for s in e.steps_on(version)
-        if step in s.records
-    ]
+    found = registry.naming(version, step, registry.load(registry_root))
+    return [s for e, s in found if version in e.pins]
 
 
 def patch_hashes(

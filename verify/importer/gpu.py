@@ -37,6 +37,12 @@ def _load(version: str, step: str) -> dict | None:
     return results.read_json(path) if path.exists() else None
 
 
+def params(version: str, record: str) -> dict:
+    """The `params` of the first registry step on `version` that names record step `record`
+    and states any ({} where none does): what its reader judges or shows besides the rule."""
+    return next((step.params for _, step in registry.naming(version, record) if step.params), {})
+
+
 def provenance(src: dict) -> dict:
     """The machine fields a step file recorded (at its top level, under `versions`, or under
     `machine` as the A/B core's front-ends write them); the rest said to be unknown, never

@@ -92,7 +92,7 @@ Cell = tuple[int, int, bool, bool]  # a goal cell: (B, L at least, top-k/top-p, 
 def goal_params(version: str) -> tuple[tuple[Cell, ...], str]:
     """(goal cells, goal GPU model) of the registry step's `params`: where patched's cost must
     be measured (on the goal GPU) before a pass speaks for the range (else inconclusive)."""
-    params = registry.params(version, STEP)
+    params = gpu.params(version, STEP)
     return tuple(tuple(c) for c in params.get("goal_cells", ())), params.get("goal_gpu", "")
 
 

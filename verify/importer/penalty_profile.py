@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verify import registry, results
+from verify import results
 from verify.gpu import penalty_plan
 from verify.importer import gpu as gpu_tier
 
@@ -82,7 +82,7 @@ def build_profile(summary: Path) -> dict:
 
 def profiles(version: str, record: str, runner: str) -> list[dict]:
     """The profiles of `runner` that the registry step making `record` names, by build."""
-    pattern = registry.params(version, record).get("profiles")
+    pattern = gpu_tier.params(version, record).get("profiles")
     if not pattern:
         return []
     found = [build_profile(p) for p in sorted((gpu_tier.gpu_root() / version).glob(pattern))]
